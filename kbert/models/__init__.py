@@ -1,0 +1,7 @@
+"""Functional builders that return plain `keras.Model`s with stable layer names."""
+
+from kbert.models.classifier import bert_classifier
+from kbert.models.embedder import bert_embedder
+from kbert.models.encoder import ENCODER_INPUTS, bert_encoder
+
+__all__ = ["ENCODER_INPUTS", "bert_classifier", "bert_embedder", "bert_encoder"]
