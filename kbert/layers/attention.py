@@ -52,6 +52,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, inputs_shape):
+        inputs_shape = tuple(inputs_shape)
         for layer in (self.query_dense, self.key_dense, self.value_dense):
             layer.build(inputs_shape)
         self.output_dense.build(inputs_shape[:-1] + (self.num_heads * self.head_size,))
@@ -86,7 +87,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return self.output_dense(context)
 
     def compute_output_shape(self, inputs_shape):
-        return inputs_shape[:-1] + (self.num_heads * self.head_size,)
+        return tuple(inputs_shape)[:-1] + (self.num_heads * self.head_size,)
 
     def get_config(self):
         config = super().get_config()

@@ -30,7 +30,8 @@ class PositionEmbedding(keras.layers.Layer):
 
     def call(self, inputs):
         length = ops.shape(inputs)[1]
-        positions = ops.slice(self.embeddings, (0, 0), (length, ops.shape(self.embeddings)[1]))
+        table = ops.convert_to_tensor(self.embeddings)
+        positions = ops.slice(table, (0, 0), (length, ops.shape(table)[1]))
         return ops.expand_dims(ops.cast(positions, self.compute_dtype), 0)
 
     def compute_output_shape(self, inputs_shape):

@@ -57,6 +57,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self._activation_fn = get_activation(activation)
 
     def build(self, inputs_shape):
+        inputs_shape = tuple(inputs_shape)
         hidden = inputs_shape[-1]
         if hidden % self.num_heads:
             raise ValueError(

@@ -1,0 +1,116 @@
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from kbert import BertConfig, bert_classifier, bert_embedder, bert_encoder
+from tests.model_harness import check_model, tiny_inputs
+
+TINY = BertConfig(
+    vocab_size=50,
+    hidden_size=16,
+    num_layers=2,
+    num_heads=2,
+    intermediate_size=32,
+    max_position_embeddings=32,
+    hidden_dropout=0.1,
+    attention_dropout=0.1,
+)
+
+
+def test_encoder(tmp_path):
+    targets = {
+        "sequence_output": np.zeros((2, 7, 16), "float32"),
+        "pooled_output": np.zeros((2, 16), "float32"),
+    }
+    check_model(lambda dtype: bert_encoder(TINY, dtype=dtype), 50, targets, "mse", tmp_path)
+
+
+def test_classifier(tmp_path):
+    check_model(
+        lambda dtype: bert_classifier(TINY, 3, dtype=dtype),
+        50,
+        np.array([0, 2], "int32"),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        tmp_path,
+    )
+
+
+def test_embedder(tmp_path):
+    check_model(
+        lambda dtype: bert_embedder(TINY, dtype=dtype),
+        50,
+        np.zeros((2, 16), "float32"),
+        "mse",
+        tmp_path,
+    )
+
+
+def test_padding_does_not_change_real_positions():
+    encoder = bert_encoder(TINY)
+    short = tiny_inputs(50, batch=1, length=5)
+    short["padding_mask"][:] = 1
+    padded = {k: np.pad(v, ((0, 0), (0, 4))) for k, v in short.items()}
+    a = encoder(short)["sequence_output"]
+    b = encoder(padded)["sequence_output"][:, :5]
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_padding_mask_holds_under_bfloat16():
+    encoder = bert_encoder(TINY, dtype="mixed_bfloat16")
+    short = tiny_inputs(50, batch=1, length=5)
+    short["padding_mask"][:] = 1
+    padded = {k: np.pad(v, ((0, 0), (0, 4))) for k, v in short.items()}
+    a = keras.ops.convert_to_numpy(encoder(short)["sequence_output"]).astype("float32")
+    b = keras.ops.convert_to_numpy(encoder(padded)["sequence_output"][:, :5]).astype("float32")
+    # bfloat16 keeps 8 bits of mantissa; padding leaking in would move values by O(1).
+    np.testing.assert_allclose(a, b, atol=5e-2)
+
+
+def test_embedder_outputs_unit_vectors():
+    embeddings = bert_embedder(TINY)(tiny_inputs(50))
+    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=-1), 1.0, atol=1e-5)
+
+
+def test_sequence_longer_than_positions():
+    with pytest.raises(ValueError, match="sequence_length=40 exceeds max_position_embeddings=32"):
+        bert_encoder(TINY, sequence_length=40)
+
+
+def test_bad_builder_arguments():
+    with pytest.raises(ValueError, match="num_classes=1"):
+        bert_classifier(TINY, 1)
+    with pytest.raises(ValueError, match="expected a BertConfig or an encoder"):
+        bert_classifier("bert_base", 2)
+
+
+JAX_SCRIPT = """
+import sys
+import numpy as np
+from kbert import BertConfig, bert_classifier
+assert "tensorflow" not in sys.modules, "model code imported TensorFlow"
+config = BertConfig(vocab_size=50, hidden_size=16, num_layers=2, num_heads=2,
+                    intermediate_size=32, max_position_embeddings=32)
+model = bert_classifier(config, 3)
+x = {"token_ids": np.ones((2, 5), "int32"), "segment_ids": np.zeros((2, 5), "int32"),
+     "padding_mask": np.ones((2, 5), "int32")}
+model.compile(optimizer="adamw", loss="sparse_categorical_crossentropy", jit_compile=True)
+model.fit(x, np.array([0, 1]), epochs=1, verbose=0)
+assert "tensorflow" not in sys.modules, "training imported TensorFlow"
+print("jax ok", model(x).shape)
+"""
+
+
+def test_model_code_runs_under_jax_without_tensorflow():
+    pytest.importorskip("jax")
+    result = subprocess.run(
+        [sys.executable, "-c", JAX_SCRIPT],
+        env={"KERAS_BACKEND": "jax", "PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "jax ok" in result.stdout
