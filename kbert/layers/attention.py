@@ -25,6 +25,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         padding_mask: optional `(batch, length)`; 1/True for real tokens. A
             boolean mask, so padding stays excluded under float16 and bfloat16.
         training: bool.
+        first_token_only: bool. Compute the output at position 0 only.
     """
 
     def __init__(
@@ -61,8 +62,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         return ops.reshape(x, (batch, length, self.num_heads, self.head_size))
 
-    def call(self, inputs, padding_mask=None, training=False):
-        query = self._split_heads(self.query_dense(inputs))
+    def call(self, inputs, padding_mask=None, training=False, first_token_only=False):
+        # With `first_token_only`, only position 0 attends (to every position):
+        # all a [CLS] classifier needs from the last block.
+        query_inputs = inputs[:, :1, :] if first_token_only else inputs
+        query = self._split_heads(self.query_dense(query_inputs))
         key = self._split_heads(self.key_dense(inputs))
         value = self._split_heads(self.value_dense(inputs))
         # (batch, 1, 1, key_length): broadcast over heads and query positions.
@@ -85,9 +89,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         batch, length = ops.shape(context)[0], ops.shape(context)[1]
         context = ops.reshape(context, (batch, length, self.num_heads * self.head_size))
         return self.output_dense(context)
-
-    def compute_output_shape(self, inputs_shape):
-        return tuple(inputs_shape)[:-1] + (self.num_heads * self.head_size,)
 
     def get_config(self):
         config = super().get_config()

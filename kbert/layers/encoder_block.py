@@ -31,6 +31,10 @@ class TransformerEncoderBlock(keras.layers.Layer):
         layer_norm_epsilon: float.
         kernel_initializer: initializer of every kernel.
 
+    Called with `first_token_only=True` it returns `(batch, 1, hidden)`, the
+    output at position 0 alone, as Model Garden's `output_range=1` does: exact,
+    and it skips most of the last block's work when only [CLS] is used.
+
     LayerNorm runs in float32 under mixed precision; its output is cast back to
     the compute dtype so the residual stream stays in one dtype.
     """
@@ -100,16 +104,16 @@ class TransformerEncoderBlock(keras.layers.Layer):
         x = layer_norm(ops.add(ops.cast(residual, "float32"), ops.cast(x, "float32")))
         return ops.cast(x, self.compute_dtype)
 
-    def call(self, inputs, padding_mask=None, training=False):
-        attended = self.attention(inputs, padding_mask=padding_mask, training=training)
+    def call(self, inputs, padding_mask=None, training=False, first_token_only=False):
+        attended = self.attention(
+            inputs, padding_mask=padding_mask, training=training, first_token_only=first_token_only
+        )
         attended = self.dropout_layer(attended, training=training)
-        x = self._add_and_norm(inputs, attended, self.attention_layer_norm)
+        residual = inputs[:, :1, :] if first_token_only else inputs
+        x = self._add_and_norm(residual, attended, self.attention_layer_norm)
         hidden = self._activation_fn(self.intermediate_dense(x))
         hidden = self.dropout_layer(self.output_dense(hidden), training=training)
         return self._add_and_norm(x, hidden, self.output_layer_norm)
-
-    def compute_output_shape(self, inputs_shape):
-        return inputs_shape
 
     def get_config(self):
         config = super().get_config()

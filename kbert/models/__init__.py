@@ -2,6 +2,12 @@
 
 from kbert.models.classifier import bert_classifier
 from kbert.models.embedder import bert_embedder
-from kbert.models.encoder import ENCODER_INPUTS, bert_encoder
+from kbert.models.encoder import ENCODER_INPUTS, bert_encoder, rewire_encoder
 
-__all__ = ["ENCODER_INPUTS", "bert_classifier", "bert_embedder", "bert_encoder"]
+__all__ = [
+    "ENCODER_INPUTS",
+    "bert_classifier",
+    "bert_embedder",
+    "bert_encoder",
+    "rewire_encoder",
+]

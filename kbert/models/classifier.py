@@ -2,7 +2,7 @@
 
 import keras
 
-from kbert.models.encoder import as_encoder, encoder_inputs
+from kbert.models.encoder import as_encoder, encoder_inputs, rewire_encoder
 
 # Dropout before the classification head, as in the BERT paper's fine-tuning.
 DEFAULT_HEAD_DROPOUT = 0.1
@@ -32,7 +32,9 @@ def bert_classifier(
     """
     if not isinstance(num_classes, int) or num_classes < 2:
         raise ValueError(f"num_classes={num_classes!r} must be an integer >= 2")
-    encoder = as_encoder(encoder_or_config, dtype=dtype)
+    # The nested encoder shares the given encoder's layers (training the
+    # classifier trains them) but computes only [CLS] in its last block.
+    encoder = rewire_encoder(as_encoder(encoder_or_config, dtype=dtype), first_token_only=True)
     inputs = encoder_inputs()
     pooled = encoder(inputs)["pooled_output"]
     pooled = keras.layers.Dropout(dropout, dtype=dtype, name="classifier_dropout")(pooled)

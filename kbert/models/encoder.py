@@ -8,6 +8,13 @@ from kbert.layers import PositionEmbedding, TransformerEncoderBlock
 
 # Names of the encoder's int32 inputs, each of shape (batch, length).
 ENCODER_INPUTS = ("token_ids", "segment_ids", "padding_mask")
+EMBEDDING_LAYERS = (
+    "token_embedding",
+    "position_embedding",
+    "segment_embedding",
+    "embeddings_layer_norm",
+    "embeddings_dropout",
+)
 
 
 def encoder_inputs(sequence_length=None):
@@ -16,6 +23,88 @@ def encoder_inputs(sequence_length=None):
         name: keras.Input(shape=(sequence_length,), dtype="int32", name=name)
         for name in ENCODER_INPUTS
     }
+
+
+def _encoder_layers(config, dtype):
+    """Every layer of the encoder, keyed by its stable name."""
+    initializer = keras.initializers.TruncatedNormal(stddev=config.initializer_range)
+    layers = {
+        "token_embedding": keras.layers.Embedding(
+            config.vocab_size,
+            config.hidden_size,
+            embeddings_initializer=initializer,
+            dtype=dtype,
+            name="token_embedding",
+        ),
+        "position_embedding": PositionEmbedding(
+            config.max_position_embeddings,
+            initializer=initializer,
+            dtype=dtype,
+            name="position_embedding",
+        ),
+        "segment_embedding": keras.layers.Embedding(
+            config.type_vocab_size,
+            config.hidden_size,
+            embeddings_initializer=initializer,
+            dtype=dtype,
+            name="segment_embedding",
+        ),
+        "embeddings_layer_norm": keras.layers.LayerNormalization(
+            epsilon=config.layer_norm_epsilon, dtype="float32", name="embeddings_layer_norm"
+        ),
+        "embeddings_dropout": keras.layers.Dropout(
+            config.hidden_dropout, dtype=dtype, name="embeddings_dropout"
+        ),
+        "pooler": keras.layers.Dense(
+            config.hidden_size,
+            activation="tanh",
+            kernel_initializer=initializer,
+            dtype=dtype,
+            name="pooler",
+        ),
+    }
+    for index in range(config.num_layers):
+        name = f"transformer_layer_{index}"
+        layers[name] = TransformerEncoderBlock(
+            num_heads=config.num_heads,
+            intermediate_size=config.intermediate_size,
+            activation=config.activation,
+            dropout=config.hidden_dropout,
+            attention_dropout=config.attention_dropout,
+            layer_norm_epsilon=config.layer_norm_epsilon,
+            kernel_initializer=initializer,
+            dtype=dtype,
+            name=name,
+        )
+    return layers
+
+
+def _wire(layers, inputs, first_token_only, name):
+    """Connects `layers` into the encoder graph.
+
+    With `first_token_only`, the last block computes position 0 alone, so
+    `sequence_output` is `(batch, 1, hidden)`: what [CLS] heads need, for less work.
+    """
+    x = layers["token_embedding"](inputs["token_ids"])
+    x = ops.add(
+        ops.add(x, layers["position_embedding"](x)),
+        layers["segment_embedding"](inputs["segment_ids"]),
+    )
+    x = layers["embeddings_layer_norm"](x)
+    x = layers["embeddings_dropout"](x)
+    blocks = sorted(
+        (layer for key, layer in layers.items() if key.startswith("transformer_layer_")),
+        key=lambda layer: int(layer.name.rsplit("_", 1)[1]),
+    )
+    for index, block in enumerate(blocks):
+        last = index == len(blocks) - 1
+        x = block(x, padding_mask=inputs["padding_mask"], first_token_only=first_token_only and last)
+    pooled = layers["pooler"](x[:, 0, :])
+    return keras.Model(
+        inputs=inputs,
+        outputs={"sequence_output": x, "pooled_output": pooled},
+        name=name,
+    )
 
 
 def bert_encoder(config, sequence_length=None, dtype=None, name="bert_encoder"):
@@ -41,64 +130,23 @@ def bert_encoder(config, sequence_length=None, dtype=None, name="bert_encoder"):
     if not isinstance(config, BertConfig):
         raise ValueError(f"config must be a BertConfig, got {type(config).__name__}")
     config.check_sequence_length(sequence_length)
-    initializer = keras.initializers.TruncatedNormal(stddev=config.initializer_range)
-    inputs = encoder_inputs(sequence_length)
+    layers = _encoder_layers(config, dtype)
+    return _wire(layers, encoder_inputs(sequence_length), False, name)
 
-    # === Embeddings ===
-    token_embedding = keras.layers.Embedding(
-        config.vocab_size,
-        config.hidden_size,
-        embeddings_initializer=initializer,
-        dtype=dtype,
-        name="token_embedding",
-    )
-    segment_embedding = keras.layers.Embedding(
-        config.type_vocab_size,
-        config.hidden_size,
-        embeddings_initializer=initializer,
-        dtype=dtype,
-        name="segment_embedding",
-    )
-    position_embedding = PositionEmbedding(
-        config.max_position_embeddings,
-        initializer=initializer,
-        dtype=dtype,
-        name="position_embedding",
-    )
-    x = token_embedding(inputs["token_ids"])
-    x = ops.add(ops.add(x, position_embedding(x)), segment_embedding(inputs["segment_ids"]))
-    x = keras.layers.LayerNormalization(
-        epsilon=config.layer_norm_epsilon, dtype="float32", name="embeddings_layer_norm"
-    )(x)
-    x = keras.layers.Dropout(config.hidden_dropout, dtype=dtype, name="embeddings_dropout")(x)
 
-    # === Encoder blocks ===
-    for index in range(config.num_layers):
-        x = TransformerEncoderBlock(
-            num_heads=config.num_heads,
-            intermediate_size=config.intermediate_size,
-            activation=config.activation,
-            dropout=config.hidden_dropout,
-            attention_dropout=config.attention_dropout,
-            layer_norm_epsilon=config.layer_norm_epsilon,
-            kernel_initializer=initializer,
-            dtype=dtype,
-            name=f"transformer_layer_{index}",
-        )(x, padding_mask=inputs["padding_mask"])
+def rewire_encoder(encoder, first_token_only=False, sequence_length=None):
+    """A new encoder graph over the SAME layers (shared weights) as `encoder`.
 
-    # === Pooler: tanh(W · h[CLS] + b) ===
-    pooled = keras.layers.Dense(
-        config.hidden_size,
-        activation="tanh",
-        kernel_initializer=initializer,
-        dtype=dtype,
-        name="pooler",
-    )(x[:, 0, :])
-    return keras.Model(
-        inputs=inputs,
-        outputs={"sequence_output": x, "pooled_output": pooled},
-        name=name,
-    )
+    `first_token_only=True` gives the cheaper graph that classifiers nest;
+    `first_token_only=False` on such a graph gives back the full encoder.
+    """
+    layers = {
+        layer.name: layer
+        for layer in encoder.layers
+        if layer.name in EMBEDDING_LAYERS + ("pooler",)
+        or layer.name.startswith("transformer_layer_")
+    }
+    return _wire(layers, encoder_inputs(sequence_length), first_token_only, encoder.name)
 
 
 def as_encoder(encoder_or_config, dtype=None):

@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from kbert.checkpoints.huggingface import init_encoder
 from kbert.config import BertConfig
-from kbert.models import bert_classifier
+from kbert.models import bert_classifier, rewire_encoder
 from kbert.text import BertPreprocessor, WordPieceTokenizer, load_vocab, save_vocab
 from kbert.training.optimizers import make_optimizer
 
@@ -79,6 +79,40 @@ def encode_labels(labels, label_names, source="data"):
             f"expected one of {list(label_names)}"
         )
     return np.array([index[label] for label in labels], dtype="int32")
+
+
+# Training batches are padded to a multiple of this many tokens (see
+# `bucketed_dataset`): few enough shapes for XLA, little padding wasted.
+BUCKET_WIDTH = 32
+
+
+def bucketed_dataset(texts, labels, preprocessor, batch_size, seed=0):
+    """Shuffled training batches of similar length, padded to a multiple of 32.
+
+    Padding every batch to `sequence_length` wastes most of the compute on
+    short texts; grouping texts by length keeps the batches dense while the
+    number of distinct shapes (what XLA compiles for) stays small.
+    """
+    sequence_length = preprocessor.sequence_length
+    boundaries = list(range(BUCKET_WIDTH + 1, sequence_length + 1, BUCKET_WIDTH))
+    boundaries.append(sequence_length + 1)
+
+    def trim(features, label):
+        length = tf.reduce_sum(features["padding_mask"])
+        return {key: value[:length] for key, value in features.items()}, label
+
+    ds = tf.data.Dataset.from_tensor_slices(
+        (tf.constant(texts, dtype=tf.string), np.asarray(labels, "int32"))
+    )
+    ds = ds.shuffle(len(texts), seed=seed, reshuffle_each_iteration=True)
+    ds = ds.map(lambda x, y: trim(preprocessor(x), y), num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.bucket_by_sequence_length(
+        lambda features, label: tf.shape(features["token_ids"])[0],
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
+        pad_to_bucket_boundary=True,
+    )
+    return ds.prefetch(tf.data.AUTOTUNE)
 
 
 def text_dataset(texts, preprocessor, batch_size, labels=None, shuffle=False, seed=0):
@@ -201,11 +235,12 @@ def finetune(
 
     tokenizer = WordPieceTokenizer(vocabulary, lowercase=lowercase)
     preprocessor = BertPreprocessor(tokenizer, sequence_length=sequence_length)
-    train_ds = text_dataset(train_texts, preprocessor, batch_size, train_ids, shuffle=True, seed=seed)
+    train_ds = bucketed_dataset(train_texts, train_ids, preprocessor, batch_size, seed=seed)
     dev_ds = text_dataset(dev_texts, preprocessor, batch_size, dev_ids)
 
     model = bert_classifier(encoder, len(label_names), dtype=dtype)
-    steps_per_epoch = -(-len(train_texts) // batch_size)
+    # Each length bucket may end an epoch on a partial batch.
+    steps_per_epoch = -(-len(train_texts) // batch_size) + sequence_length // BUCKET_WIDTH
     total_steps = steps_per_epoch * epochs
     model.compile(
         optimizer=make_optimizer(
@@ -224,7 +259,12 @@ def finetune(
     step_logger = _StepLossLogger(every=max(1, steps_per_epoch // 20))
     start = time.perf_counter()
     history = model.fit(
-        train_ds, validation_data=dev_ds, epochs=epochs, callbacks=[step_logger], verbose=verbose
+        train_ds,
+        validation_data=dev_ds,
+        epochs=epochs,
+        callbacks=[step_logger],
+        shuffle=False,  # the dataset shuffles itself
+        verbose=verbose,
     )
     train_seconds = time.perf_counter() - start
 
@@ -314,7 +354,8 @@ class FinetunedModel:
 
     @property
     def encoder(self):
-        return self.model.get_layer("bert_encoder")
+        """The full encoder (every position), sharing the classifier's weights."""
+        return rewire_encoder(self.model.get_layer("bert_encoder"), first_token_only=False)
 
     def scores(self, texts, batch_size=64):
         """Class probabilities, `(len(texts), num_classes)` float32."""
