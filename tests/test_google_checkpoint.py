@@ -24,7 +24,9 @@ from kbert.checkpoints.google import (
 )
 from kbert.pretraining import bert_pretrainer
 
-REFERENCE = os.path.join(os.path.dirname(__file__), "data", "minilm_reference", "minilm_reference.npz")
+REFERENCE = os.path.join(
+    os.path.dirname(__file__), "data", "minilm_reference", "minilm_reference.npz"
+)
 # tests/data/minilm_reference/README.md: a correct float32 forward pass lands
 # within 1e-5..1e-4 of PyTorch's.
 HIDDEN_TOLERANCE = 1e-4

@@ -1,6 +1,50 @@
-"""Pretraining BERT from raw text: vocabulary, data, the pretraining model."""
+"""Pretraining BERT from raw text: vocabulary, data, the pretraining model, its optimizer.
 
+The model (`bert_pretrainer`) uses `keras.ops` only; the data functions are
+TensorFlow (tf.data, tf-text) and import it when called.
+"""
+
+from kbert.pretraining.corpus import read_documents
+from kbert.pretraining.dynamic_masking import make_dynamic_masking_dataset
+from kbert.pretraining.instances import InstanceOptions, SpecialIds, create_training_instances
 from kbert.pretraining.masked_lm_head import MaskedLMHead
-from kbert.pretraining.pretrainer import BertPretrainer, bert_pretrainer
+from kbert.pretraining.pretrainer import (
+    MASKED_LM,
+    NEXT_SENTENCE,
+    BertPretrainer,
+    bert_pretrainer,
+    pretraining_losses,
+    pretraining_metrics,
+)
+from kbert.pretraining.records import (
+    feature_spec,
+    make_pretraining_dataset,
+    read_metadata,
+    write_pretraining_data,
+)
+from kbert.pretraining.vocabulary import learn_vocabulary
+# BERT's optimizers (AdamW or LAMB, warmup then linear decay, no decay on
+# LayerNorm and biases) are shared with fine-tuning.
+from kbert.training.optimizers import WarmupPolynomialDecay, make_optimizer
 
-__all__ = ["BertPretrainer", "MaskedLMHead", "bert_pretrainer"]
+__all__ = [
+    "MASKED_LM",
+    "NEXT_SENTENCE",
+    "BertPretrainer",
+    "InstanceOptions",
+    "MaskedLMHead",
+    "SpecialIds",
+    "WarmupPolynomialDecay",
+    "bert_pretrainer",
+    "create_training_instances",
+    "feature_spec",
+    "learn_vocabulary",
+    "make_dynamic_masking_dataset",
+    "make_optimizer",
+    "make_pretraining_dataset",
+    "pretraining_losses",
+    "pretraining_metrics",
+    "read_documents",
+    "read_metadata",
+    "write_pretraining_data",
+]

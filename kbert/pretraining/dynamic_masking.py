@@ -1,0 +1,143 @@
+"""Masked-LM batches straight from raw text, masked anew every time they are drawn.
+
+RoBERTa's dynamic masking (Liu et al., 2019): instead of masks fixed once in
+TFRecords (`dupe_factor` copies), a `tf.data` pipeline tokenizes the text,
+packs it into full-length sequences and masks them on the fly with tf-text's
+`RandomItemSelector` and `MaskValuesChooser`, so every pass over the corpus
+sees new masks. Sequences are single segments of contiguous text (no
+next-sentence pairs, as in RoBERTa): the next-sentence outputs get weight 0.
+"""
+
+import os
+
+from kbert.pretraining.corpus import line_dataset
+from kbert.pretraining.instances import DEFAULT_MASKED_LM_PROB, MASK_TOKEN_RATE
+from kbert.pretraining.pretrainer import MASKED_LM, NEXT_SENTENCE
+
+# 80% [MASK], 10% random id, 10% unchanged, as in the BERT paper.
+RANDOM_TOKEN_RATE = 0.1
+# Lines tokenized together; their tokens are concatenated and cut into
+# sequences, and the tail that does not fill a sequence is dropped (as Hugging
+# Face's run_mlm `group_texts` drops it): at most one sequence per block.
+LINES_PER_BLOCK = 1024
+DEFAULT_SHUFFLE_BUFFER = 10_000
+
+
+def make_dynamic_masking_dataset(
+    corpus_or_lines,
+    vocabulary,
+    batch_size,
+    seq_len,
+    max_predictions,
+    lowercase=True,
+    masked_lm_prob=DEFAULT_MASKED_LM_PROB,
+    shuffle_buffer=DEFAULT_SHUFFLE_BUFFER,
+    repeat=True,
+    seed=None,
+):
+    """A `tf.data` pipeline of dynamically masked batches for `BertPretrainer.fit`.
+
+    Args:
+        corpus_or_lines: corpus path, glob pattern or list of paths (`.gz`
+            read transparently), or an iterable of text lines. Blank lines
+            are skipped; document boundaries are not kept.
+        vocabulary: list of str or path of a `vocab.txt`.
+        batch_size: int. Batches are full, for static shapes.
+        seq_len: int. Every sequence is `[CLS]` + `seq_len - 2` tokens + `[SEP]`.
+        max_predictions: int. Most masked positions per sequence; the share
+            masked is `masked_lm_prob` of the maskable tokens, rounded up.
+        lowercase: bool. Tokenize uncased.
+        masked_lm_prob: float. Share of tokens selected for prediction.
+        shuffle_buffer: int. Sequences shuffled in a buffer this large (0: off).
+        repeat: bool. Repeat the corpus forever (pass `steps_per_epoch` to
+            `fit`); masks are drawn anew on every pass. Keep it on for
+            training: with `repeat=False` each epoch starts a new iterator, and
+            under a global seed (`keras.utils.set_random_seed`) TensorFlow
+            replays the same masks.
+        seed: int or None. Seed of the sequence shuffle. The masks come from
+            TensorFlow's random ops, reproducible under `tf.random.set_seed`.
+
+    Returns:
+        A `tf.data.Dataset` of `(features, labels, sample_weights)` with the
+        structure of `make_pretraining_dataset`'s; `next_sentence` labels
+        are 0 with weight 0, so that loss and accuracy ignore them.
+
+    Example:
+    >>> dataset = make_dynamic_masking_dataset(  # doctest: +SKIP
+    ...     "corpus.txt.gz", vocab, batch_size=32, seq_len=128, max_predictions=20
+    ... )
+    """
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+
+    from kbert.text import WordPieceTokenizer, load_vocab
+
+    if isinstance(vocabulary, (str, os.PathLike)):
+        vocabulary = load_vocab(vocabulary)
+    for name, value, low in (
+        ("batch_size", batch_size, 1),
+        ("seq_len", seq_len, 3),
+        ("max_predictions", max_predictions, 1),
+    ):
+        if not isinstance(value, int) or value < low:
+            raise ValueError(f"{name}={value!r} must be an integer >= {low}")
+    if not 0.0 < masked_lm_prob < 1.0:
+        raise ValueError(f"masked_lm_prob={masked_lm_prob!r} must be in (0, 1)")
+    tokenizer = WordPieceTokenizer(vocabulary, lowercase=lowercase, split_special_tokens=True)
+    cls_id, sep_id, pad_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
+    body_length = seq_len - 2
+
+    def pack(lines):
+        ids = tokenizer(lines).flat_values
+        usable = tf.size(ids) // body_length * body_length
+        return tf.reshape(ids[:usable], [-1, body_length])
+
+    dataset = line_dataset(corpus_or_lines).batch(LINES_PER_BLOCK)
+    dataset = dataset.map(pack, num_parallel_calls=tf.data.AUTOTUNE)
+    if repeat:
+        # After packing, so every pass cuts the text into the same sequences;
+        # before masking, so every pass masks them anew.
+        dataset = dataset.repeat()
+    dataset = dataset.unbatch()
+    if shuffle_buffer:
+        dataset = dataset.shuffle(shuffle_buffer, seed=seed)
+    dataset = dataset.batch(batch_size, drop_remainder=True)
+
+    selector = tf_text.RandomItemSelector(
+        max_selections_per_batch=max_predictions,
+        selection_rate=masked_lm_prob,
+        unselectable_ids=[cls_id, sep_id, pad_id],
+    )
+    chooser = tf_text.MaskValuesChooser(
+        len(vocabulary),
+        tokenizer.mask_id,
+        mask_token_rate=MASK_TOKEN_RATE,
+        random_token_rate=RANDOM_TOKEN_RATE,
+    )
+
+    def mask(body):
+        rows = tf.shape(body)[0]
+        ids = tf.concat(
+            [tf.fill([rows, 1], cls_id), body, tf.fill([rows, 1], sep_id)], axis=1
+        )
+        masked, positions, labels = tf_text.mask_language_model(
+            tf.RaggedTensor.from_tensor(ids), selector, chooser
+        )
+        shape = [None, max_predictions]
+        features = {
+            "token_ids": masked.to_tensor(shape=[None, seq_len]),
+            "segment_ids": tf.zeros_like(ids),
+            "padding_mask": tf.ones_like(ids),
+            "masked_lm_positions": tf.cast(positions.to_tensor(0, shape=shape), tf.int32),
+        }
+        labels = {
+            MASKED_LM: labels.to_tensor(0, shape=shape),
+            NEXT_SENTENCE: tf.zeros([rows], tf.int32),
+        }
+        weights = {
+            MASKED_LM: tf.ones_like(positions, tf.float32).to_tensor(0.0, shape=shape),
+            NEXT_SENTENCE: tf.zeros([rows], tf.float32),
+        }
+        return features, labels, weights
+
+    return dataset.map(mask, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)

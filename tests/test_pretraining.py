@@ -1,0 +1,235 @@
+"""The pretraining model, its losses, and its optimizer, on tiny configurations."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+
+from kbert import BertConfig, bert_encoder
+from kbert.pretraining import (
+    BertPretrainer,
+    WarmupPolynomialDecay,
+    bert_pretrainer,
+    make_optimizer,
+    make_pretraining_dataset,
+    write_pretraining_data,
+)
+
+CONFIG = BertConfig(
+    vocab_size=40,
+    hidden_size=32,
+    num_layers=2,
+    num_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=32,
+)
+
+
+def random_batch(batch=4, length=12, predictions=3, seed=0):
+    rng = np.random.default_rng(seed)
+    positions = np.sort(rng.choice(np.arange(1, length - 1), (batch, predictions)), axis=1)
+    features = {
+        "token_ids": rng.integers(5, CONFIG.vocab_size, (batch, length)).astype("int32"),
+        "segment_ids": np.zeros((batch, length), "int32"),
+        "padding_mask": np.ones((batch, length), "int32"),
+        "masked_lm_positions": positions.astype("int32"),
+    }
+    labels = {
+        "masked_lm": rng.integers(5, CONFIG.vocab_size, (batch, predictions)).astype("int32"),
+        "next_sentence": rng.integers(0, 2, (batch,)).astype("int32"),
+    }
+    weights = {
+        "masked_lm": np.ones((batch, predictions), "float32"),
+        "next_sentence": np.ones((batch,), "float32"),
+    }
+    return features, labels, weights
+
+
+def test_outputs_names_and_tied_projection():
+    model = bert_pretrainer(CONFIG)
+    features, _, _ = random_batch()
+    outputs = model(features)
+    assert tuple(outputs["masked_lm"].shape) == (4, 3, CONFIG.vocab_size)
+    assert tuple(outputs["next_sentence"].shape) == (4, 2)
+    assert all(keras.backend.standardize_dtype(o.dtype) == "float32" for o in outputs.values())
+    assert sorted(layer.name for layer in model.layers) == sorted(
+        [
+            "token_ids",
+            "segment_ids",
+            "padding_mask",
+            "masked_lm_positions",
+            "bert_encoder",
+            "masked_lm",
+            "next_sentence",
+        ]
+    )
+    head = model.get_layer("masked_lm")
+    embedding = model.encoder.get_layer("token_embedding")
+    assert head.token_embedding is embedding
+    # The projection is the embedding matrix, counted once among the weights.
+    paths = [w.path for w in model.trainable_weights]
+    assert len(paths) == len(set(paths))
+    assert sum(w.path.endswith("embeddings") and w.shape == (40, 32) for w in model.weights) == 1
+    assert sorted(w.path for w in head.weights if w is not embedding.embeddings) == [
+        "masked_lm/output_bias",
+        "masked_lm/transform_dense/bias",
+        "masked_lm/transform_dense/kernel",
+        "masked_lm/transform_layer_norm/beta",
+        "masked_lm/transform_layer_norm/gamma",
+    ]
+
+
+def test_head_computes_google_formula():
+    model = bert_pretrainer(CONFIG)
+    features, _, _ = random_batch()
+    encoder_outputs = model.encoder(
+        {k: features[k] for k in ("token_ids", "segment_ids", "padding_mask")}
+    )
+    head = model.get_layer("masked_lm")
+    for variable in (head.output_bias, head.transform_layer_norm.beta):
+        variable.assign(np.random.default_rng(1).normal(size=variable.shape))
+    hidden = np.take_along_axis(
+        np.asarray(encoder_outputs["sequence_output"]),
+        features["masked_lm_positions"][:, :, None],
+        axis=1,
+    )
+    x = hidden @ head.transform_dense.kernel.numpy() + head.transform_dense.bias.numpy()
+    x = np.asarray(keras.activations.gelu(x, approximate=False))
+    x = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-12)
+    x = x * head.transform_layer_norm.gamma.numpy() + head.transform_layer_norm.beta.numpy()
+    expected = x @ model.encoder.get_layer("token_embedding").embeddings.numpy().T
+    expected += head.output_bias.numpy()
+    np.testing.assert_allclose(model(features)["masked_lm"], expected, atol=1e-4)
+
+
+def test_loss_ignores_padded_prediction_slots():
+    model = bert_pretrainer(CONFIG)
+    model.compile(optimizer="adam")
+    features, labels, weights = random_batch(predictions=4)
+    weights["masked_lm"][:, 2:] = 0.0
+    loss = model.evaluate(features, labels, sample_weight=weights, verbose=0, return_dict=True)
+    # Other labels in the padded slots change nothing.
+    labels_changed = {**labels, "masked_lm": labels["masked_lm"].copy()}
+    labels_changed["masked_lm"][:, 2:] = 0
+    changed = model.evaluate(
+        features, labels_changed, sample_weight=weights, verbose=0, return_dict=True
+    )
+    for name in ("loss", "masked_lm_loss", "masked_lm_accuracy"):
+        assert abs(loss[name] - changed[name]) < 1e-6, name
+    # And the masked-LM loss is the mean over the real slots only.
+    logits = np.asarray(model.predict(features, verbose=0)["masked_lm"])[:, :2]
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    expected = -np.take_along_axis(log_probs, labels["masked_lm"][:, :2, None], -1).mean()
+    assert abs(loss["masked_lm_loss"] - expected) < 1e-4
+
+
+def test_save_and_load_keeps_outputs_and_tie(tmp_path):
+    model = bert_pretrainer(CONFIG)
+    features, _, _ = random_batch()
+    path = os.path.join(tmp_path, "pretrainer.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert isinstance(loaded, BertPretrainer)
+    for name, value in model(features).items():
+        np.testing.assert_allclose(loaded(features)[name], value, atol=1e-6)
+    assert loaded.get_layer("masked_lm").token_embedding is loaded.encoder.get_layer(
+        "token_embedding"
+    )
+
+
+def test_pretrainer_from_an_existing_encoder():
+    encoder = bert_encoder(CONFIG.replace(activation="relu", layer_norm_epsilon=1e-6))
+    model = bert_pretrainer(encoder)
+    assert model.encoder is encoder
+    assert model.get_layer("masked_lm").activation == "relu"
+    assert model.get_layer("masked_lm").layer_norm_epsilon == 1e-6
+    with pytest.raises(ValueError, match="BertConfig or an encoder"):
+        bert_pretrainer("bert_tiny")
+
+
+def test_mixed_precision_logits_are_float32():
+    model = bert_pretrainer(CONFIG, dtype="mixed_bfloat16")
+    outputs = model(random_batch()[0])
+    assert all(keras.backend.standardize_dtype(o.dtype) == "float32" for o in outputs.values())
+
+
+# A tiny corpus of repeated sentences: the model can learn it in a few steps.
+SENTENCES = [
+    "the cat sat on the mat",
+    "a dog ran to the park",
+    "the bird sang in the tree",
+    "my fish swam in the bowl",
+]
+TINY_VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(
+    {word for sentence in SENTENCES for word in sentence.split()}
+)
+
+
+def test_fit_with_jit_compile_reduces_the_loss(tmp_path):
+    keras.utils.set_random_seed(0)
+    corpus = os.path.join(tmp_path, "corpus.txt")
+    with open(corpus, "w") as f:
+        f.write("\n\n".join("\n".join(SENTENCES[i:] + SENTENCES[:i]) for i in range(4)) + "\n")
+    write_pretraining_data(
+        corpus,
+        TINY_VOCABULARY,
+        os.path.join(tmp_path, "records"),
+        max_seq_length=16,
+        max_predictions_per_seq=3,
+        dupe_factor=20,
+        num_shards=1,
+        progress=False,
+    )
+    dataset = make_pretraining_dataset(os.path.join(tmp_path, "records"), batch_size=8, seed=0)
+    config = CONFIG.replace(
+        vocab_size=len(TINY_VOCABULARY), hidden_dropout=0.0, attention_dropout=0.0
+    )
+    model = bert_pretrainer(config)
+    model.compile(
+        optimizer=make_optimizer("lamb", 5e-2, total_steps=40, warmup_steps=2),
+        jit_compile=True,
+    )
+    history = model.fit(dataset, epochs=4, steps_per_epoch=10, verbose=0).history
+    assert history["loss"][-1] < 0.9 * history["loss"][0]
+    assert history["masked_lm_accuracy"][-1] > history["masked_lm_accuracy"][0]
+    assert set(history) >= {
+        "masked_lm_loss",
+        "next_sentence_loss",
+        "masked_lm_accuracy",
+        "next_sentence_accuracy",
+    }
+
+
+@pytest.mark.parametrize("name", ["lamb", "adamw"])
+def test_optimizer_decays_kernels_but_not_layer_norm_or_biases(name):
+    model = bert_pretrainer(CONFIG)
+    optimizer = make_optimizer(name, 1e-2, total_steps=10, warmup_steps=0, weight_decay=0.1)
+    variables = model.trainable_variables
+    before = {v.path: v.numpy().copy() for v in variables}
+    # Zero gradients: the only change left is the weight decay.
+    optimizer.apply_gradients([(np.zeros(v.shape, "float32"), v) for v in variables])
+    decayed = {v.path for v in variables if not np.allclose(v.numpy(), before[v.path])}
+    for path in before:
+        no_decay = path.endswith(("/gamma", "/beta", "/bias"))
+        if no_decay or not before[path].any():
+            assert path not in decayed, path
+        else:
+            assert path in decayed, path
+    assert "masked_lm/output_bias" not in decayed
+    assert "token_embedding/embeddings" in decayed
+
+
+def test_schedule_warmup_then_linear_decay_to_zero():
+    schedule = WarmupPolynomialDecay(1e-3, total_steps=100, warmup_steps=10)
+    values = {step: float(schedule(step)) for step in (0, 5, 10, 55, 100, 150)}
+    assert values[0] == 0.0
+    assert values[5] == pytest.approx(5e-4)
+    assert values[10] == pytest.approx(1e-3)
+    assert values[55] == pytest.approx(5e-4)
+    assert values[100] == pytest.approx(0.0, abs=1e-12)
+    assert values[150] == pytest.approx(0.0, abs=1e-12)
+    restored = keras.optimizers.schedules.deserialize(
+        keras.optimizers.schedules.serialize(schedule)
+    )
+    assert float(restored(55)) == pytest.approx(values[55])
