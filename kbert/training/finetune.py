@@ -92,10 +92,16 @@ def bucketed_dataset(texts, labels, preprocessor, batch_size, seed=0):
     Padding every batch to `sequence_length` wastes most of the compute on
     short texts; grouping texts by length keeps the batches dense while the
     number of distinct shapes (what XLA compiles for) stays small.
+
+    Returns `(dataset, batches_per_epoch)`; the count is exact, since each
+    bucket yields ceil(size / batch_size) batches whatever the shuffle.
     """
     sequence_length = preprocessor.sequence_length
     boundaries = list(range(BUCKET_WIDTH + 1, sequence_length + 1, BUCKET_WIDTH))
     boundaries.append(sequence_length + 1)
+    lengths = np.sum(preprocessor(tf.constant(texts))["padding_mask"].numpy(), axis=1)
+    bucket_sizes = np.bincount(np.searchsorted(boundaries, lengths, side="right"))
+    batches = int(sum(-(-int(size) // batch_size) for size in bucket_sizes))
 
     def trim(features, label):
         length = tf.reduce_sum(features["padding_mask"])
@@ -112,7 +118,8 @@ def bucketed_dataset(texts, labels, preprocessor, batch_size, seed=0):
         bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
         pad_to_bucket_boundary=True,
     )
-    return ds.prefetch(tf.data.AUTOTUNE)
+    ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
+    return ds.prefetch(tf.data.AUTOTUNE), batches
 
 
 def text_dataset(texts, preprocessor, batch_size, labels=None, shuffle=False, seed=0):
@@ -235,12 +242,12 @@ def finetune(
 
     tokenizer = WordPieceTokenizer(vocabulary, lowercase=lowercase)
     preprocessor = BertPreprocessor(tokenizer, sequence_length=sequence_length)
-    train_ds = bucketed_dataset(train_texts, train_ids, preprocessor, batch_size, seed=seed)
+    train_ds, steps_per_epoch = bucketed_dataset(
+        train_texts, train_ids, preprocessor, batch_size, seed=seed
+    )
     dev_ds = text_dataset(dev_texts, preprocessor, batch_size, dev_ids)
 
     model = bert_classifier(encoder, len(label_names), dtype=dtype)
-    # Each length bucket may end an epoch on a partial batch.
-    steps_per_epoch = -(-len(train_texts) // batch_size) + sequence_length // BUCKET_WIDTH
     total_steps = steps_per_epoch * epochs
     model.compile(
         optimizer=make_optimizer(
