@@ -78,6 +78,7 @@ class WordPieceTokenizer(keras.layers.Layer):
         # Strings pass through Keras' `__call__` untouched.
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
+        self.built = True  # no weights
         if isinstance(vocabulary, (str, os.PathLike)):
             vocabulary = load_vocab(vocabulary)
         else:
@@ -175,28 +176,31 @@ class WordPieceTokenizer(keras.layers.Layer):
         texts = tf.strings.unicode_transcode(
             texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
         )
-        # tf-text's regex_split stops at NUL; U+0001 is dropped by the cleaning as
-        # NUL is, and like NUL it is no part of any special token.
-        texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
-        # Special tokens are matched in the raw text, before any normalisation,
-        # as Hugging Face matches its added tokens.
+        # Special tokens are matched in the raw text, before any normalisation, as
+        # Hugging Face matches its added tokens; the text is cut around them.
         if self.split_special_tokens:
-            pieces = tf.RaggedTensor.from_tensor(texts[:, tf.newaxis])
+            pieces = texts
+            text_of_piece = tf.range(tf.size(texts, out_type=tf.int64))
             is_special = tf.zeros_like(texts, tf.bool)
         else:
-            pieces = tf_text.regex_split(
-                texts, self._special_pattern, self._special_pattern
+            # U+0002 marks the cuts; one already in the text becomes U+0001,
+            # which the cleaning drops just as it would have dropped U+0002.
+            texts = tf.strings.regex_replace(texts, r"\x02", "\x01")
+            texts = tf.strings.regex_replace(
+                texts, f"({self._special_pattern})", "\x02\\1\x02"
             )
-            is_special = tf.strings.regex_full_match(
-                pieces.flat_values, self._special_pattern
-            )
-        normalized = tf.where(is_special, _PLACEHOLDER, self._normalize(pieces.flat_values))
-        words = tf_text.regex_split(normalized, _WORD_DELIMITERS, _PUNCTUATION)
-        words_per_piece = words.row_lengths()
-        word_is_special = tf.repeat(is_special, words_per_piece)
+            split = tf.strings.split(texts, sep="\x02")
+            pieces, text_of_piece = split.flat_values, split.value_rowids()
+            is_special = tf.strings.regex_full_match(pieces, self._special_pattern)
+        normalized = tf.where(is_special, _PLACEHOLDER, self._normalize(pieces))
+        # Hugging Face's BertPreTokenizer: split on whitespace, and punctuation
+        # characters are words of their own.
+        normalized = tf.strings.regex_replace(normalized, f"({_PUNCTUATION})", r" \1 ")
+        words = tf.strings.split(normalized)  # the space is the only whitespace left
+        piece_of_word = words.value_rowids()
         flat_words = tf.where(
-            word_is_special,
-            tf.repeat(pieces.flat_values, words_per_piece),
+            tf.gather(is_special, piece_of_word),
+            tf.gather(pieces, piece_of_word),
             words.flat_values,
         )
         too_long = (
@@ -204,7 +208,10 @@ class WordPieceTokenizer(keras.layers.Layer):
         )
         flat_words = tf.where(too_long, self.unknown_token, flat_words)
         ids = self._wordpiece.tokenize(flat_words)
-        return pieces.with_flat_values(words.with_flat_values(ids)).merge_dims(1, 3)
+        ids_per_text = tf.math.unsorted_segment_sum(
+            ids.row_lengths(), tf.gather(text_of_piece, piece_of_word), tf.size(texts)
+        )
+        return tf.RaggedTensor.from_row_lengths(ids.flat_values, ids_per_text, validate=False)
 
     def _normalize(self, texts):
         """Hugging Face's `BertNormalizer`, step by step, in its order."""
@@ -337,7 +344,6 @@ _PUNCTUATION = _char_class(
     "114C6 115C1-115D7 11641-11643 1173C-1173E 12470-12474 16A6E-16A6F 16AF5 "
     "16B37-16B3B 16B44 1BC9F 1DA87-1DA8B"
 )
-_WORD_DELIMITERS = f" +|{_PUNCTUATION}"
 # Removed after NFD when stripping accents: category Mn.
 _NONSPACING_MARKS = _char_class(
     "300-36F 483-487 591-5BD 5BF 5C1-5C2 5C4-5C5 5C7 610-61A 64B-65F 670 6D6-6DC "
