@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 
 from kbert import BertConfig, bert_encoder
+from kbert.checkpoints import load_hf_checkpoint
 from kbert.pretraining import (
     BertPretrainer,
     WarmupPolynomialDecay,
     bert_pretrainer,
     make_optimizer,
-    make_pretraining_dataset,
+    pretrain,
     write_pretraining_data,
 )
 
@@ -166,39 +167,62 @@ TINY_VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(
 )
 
 
-def test_fit_with_jit_compile_reduces_the_loss(tmp_path):
-    keras.utils.set_random_seed(0)
+def test_pretrain_fits_with_jit_compile_and_saves_an_encoder(tmp_path):
     corpus = os.path.join(tmp_path, "corpus.txt")
     with open(corpus, "w") as f:
         f.write("\n\n".join("\n".join(SENTENCES[i:] + SENTENCES[:i]) for i in range(4)) + "\n")
+    records = os.path.join(tmp_path, "records")
     write_pretraining_data(
         corpus,
         TINY_VOCABULARY,
-        os.path.join(tmp_path, "records"),
+        records,
         max_seq_length=16,
         max_predictions_per_seq=3,
         dupe_factor=20,
         num_shards=1,
         progress=False,
     )
-    dataset = make_pretraining_dataset(os.path.join(tmp_path, "records"), batch_size=8, seed=0)
-    config = CONFIG.replace(
-        vocab_size=len(TINY_VOCABULARY), hidden_dropout=0.0, attention_dropout=0.0
+    config = CONFIG.replace(hidden_dropout=0.0, attention_dropout=0.0)
+    out = os.path.join(tmp_path, "run")
+    # model.fit with jit_compile=True, in windows of 10 steps (+ 5 left over).
+    history = pretrain(
+        records,
+        out,
+        TINY_VOCABULARY,
+        init=config,
+        eval_data=records,
+        batch_size=8,
+        num_train_steps=35,
+        num_warmup_steps=2,
+        learning_rate=5e-2,
+        log_every=10,
+        eval_steps=2,
+        verbose=0,
     )
-    model = bert_pretrainer(config)
-    model.compile(
-        optimizer=make_optimizer("lamb", 5e-2, total_steps=40, warmup_steps=2),
-        jit_compile=True,
+    windows = history["windows"]
+    assert [w["step"] for w in windows] == [10, 20, 30, 35]
+    assert windows[-1]["loss"] < 0.9 * windows[0]["loss"]
+    assert windows[-1]["masked_lm_accuracy"] > windows[0]["masked_lm_accuracy"]
+    assert {"val_masked_lm_accuracy", "next_sentence_accuracy", "learning_rate"} <= set(windows[0])
+    assert windows[-1]["learning_rate"] == pytest.approx(0.0, abs=1e-9)
+    assert history["throughput"]["sequences_per_second"] > 0
+    assert history["settings"]["bert_config"]["vocab_size"] == len(TINY_VOCABULARY)
+
+    # The encoder folder loads as a Hugging Face checkpoint, with the trained weights.
+    checkpoint = load_hf_checkpoint(os.path.join(out, "encoder"))
+    assert checkpoint.vocabulary == TINY_VOCABULARY
+    model = bert_pretrainer(checkpoint.config)
+    model.load_weights(os.path.join(out, "pretrainer.weights.h5"))
+    features = random_batch()[0]
+    del features["masked_lm_positions"]
+    features["token_ids"] = features["token_ids"] % len(TINY_VOCABULARY)
+    np.testing.assert_allclose(
+        checkpoint.encoder(features)["sequence_output"],
+        model.encoder(features)["sequence_output"],
+        atol=1e-6,
     )
-    history = model.fit(dataset, epochs=4, steps_per_epoch=10, verbose=0).history
-    assert history["loss"][-1] < 0.9 * history["loss"][0]
-    assert history["masked_lm_accuracy"][-1] > history["masked_lm_accuracy"][0]
-    assert set(history) >= {
-        "masked_lm_loss",
-        "next_sentence_loss",
-        "masked_lm_accuracy",
-        "next_sentence_accuracy",
-    }
+    with pytest.raises(ValueError, match="not empty"):
+        pretrain(records, out, TINY_VOCABULARY, init=config, num_train_steps=1)
 
 
 @pytest.mark.parametrize("name", ["lamb", "adamw"])

@@ -22,6 +22,7 @@ from kbert.pretraining.records import (
     read_metadata,
     write_pretraining_data,
 )
+from kbert.pretraining.train import pretrain
 from kbert.pretraining.vocabulary import learn_vocabulary
 # BERT's optimizers (AdamW or LAMB, warmup then linear decay, no decay on
 # LayerNorm and biases) are shared with fine-tuning.
@@ -42,6 +43,7 @@ __all__ = [
     "make_dynamic_masking_dataset",
     "make_optimizer",
     "make_pretraining_dataset",
+    "pretrain",
     "pretraining_losses",
     "pretraining_metrics",
     "read_documents",

@@ -1,0 +1,189 @@
+"""Pretrain a small BERT (L-4/H-256, LAMB) from scratch on the Debian package corpus.
+
+Three stages, each skipped when its output is already in `--out`:
+
+1. `vocab.txt`: a WordPiece vocabulary learned from the corpus (tf-text's learner);
+2. `records/`: masked-LM / next-sentence TFRecords in google-research/bert's
+   format, written in parallel; the last shard is held out for evaluation;
+3. `model/`: pretraining with `model.fit` (XLA), logged every `--log-every`
+   steps to `model/history.json`, with the curves drawn in `curves.png`.
+
+The encoder lands in `model/encoder/` as a Hugging Face folder, so it can be
+fine-tuned with `kbert finetune --init <out>/model/encoder`.
+
+    python tools/pretrain_debian.py --corpus corpus.txt.gz --out runs/pretrain-debian
+    python tools/pretrain_debian.py --corpus corpus.txt.gz --out /tmp/smoke \\
+        --steps 20 --log-every 10 --dupe-factor 1 --max-documents 500   # smoke test
+"""
+
+import argparse
+import gzip
+import json
+import os
+import sys
+
+# Stage 2 only reads corpus files; --max-documents writes a cut of the corpus.
+SMOKE_CORPUS = "corpus-head.txt.gz"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--corpus", required=True, help="one sentence per line, blank lines between documents"
+    )
+    p.add_argument("--out", default="runs/pretrain-debian")
+    p.add_argument("--preset", default="bert_mini", help="model shape (bert_mini = L-4/H-256/A-4)")
+    p.add_argument("--vocab-size", type=int, default=8192)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--max-predictions", type=int, default=20)
+    p.add_argument("--dupe-factor", type=int, default=5)
+    p.add_argument("--whole-word-masking", action="store_true")
+    p.add_argument("--num-shards", type=int, default=16)
+    p.add_argument("--workers", type=int, default=None, help="processes writing records")
+    p.add_argument("--max-documents", type=int, default=None, help="use the first N documents")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--steps", type=int, default=10_000)
+    p.add_argument("--warmup-steps", type=int, default=None, help="default: 10%% of --steps")
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--optimizer", choices=["lamb", "adamw"], default="lamb")
+    p.add_argument("--log-every", type=int, default=200)
+    p.add_argument("--eval-steps", type=int, default=20)
+    p.add_argument("--mixed-precision", action="store_true", help="mixed_bfloat16")
+    p.add_argument("--no-jit", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def cut_corpus(corpus, out, max_documents):
+    """Writes the first `max_documents` documents of `corpus` to `out`."""
+    from kbert.pretraining import read_documents
+
+    documents = read_documents(corpus)[:max_documents]
+    with gzip.open(out, "wt", encoding="utf-8") as f:
+        f.write("\n\n".join("\n".join(document) for document in documents) + "\n")
+    return out
+
+
+def plot_curves(history, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    windows = history["windows"]
+    steps = [w["step"] for w in windows]
+    panels = [
+        ("loss", "loss (MLM + NSP)"),
+        ("masked_lm_accuracy", "masked-LM accuracy"),
+        ("next_sentence_accuracy", "next-sentence accuracy"),
+    ]
+    figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
+    for axis, (name, title) in zip(axes, panels):
+        axis.plot(steps, [w[name] for w in windows], label="train")
+        if f"val_{name}" in windows[0]:
+            axis.plot(steps, [w[f"val_{name}"] for w in windows], label="held-out shard")
+        axis.set_title(title)
+        axis.set_xlabel("step")
+        axis.grid(alpha=0.3)
+        axis.legend()
+    settings = history["settings"]
+    figure.suptitle(
+        f"{settings['init']} {settings['optimizer']} lr={settings['learning_rate']} "
+        f"batch={settings['batch_size']} seq={settings['seq_len']}: "
+        f"{history['throughput']['sequences_per_second']:.0f} sequences/s"
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from kbert.pretraining import (
+        learn_vocabulary,
+        pretrain,
+        read_metadata,
+        write_pretraining_data,
+    )
+    from kbert.text import load_vocab, save_vocab
+
+    os.makedirs(args.out, exist_ok=True)
+    corpus = args.corpus
+    if args.max_documents:
+        corpus = cut_corpus(corpus, os.path.join(args.out, SMOKE_CORPUS), args.max_documents)
+
+    vocab_path = os.path.join(args.out, "vocab.txt")
+    if os.path.isfile(vocab_path):
+        print(f"[1/3] vocabulary: reusing {vocab_path}", flush=True)
+        vocabulary = load_vocab(vocab_path)
+    else:
+        print(f"[1/3] vocabulary: learning {args.vocab_size} pieces from {corpus}", flush=True)
+        vocabulary = learn_vocabulary(corpus, args.vocab_size)
+        save_vocab(vocabulary, vocab_path)
+    print(f"      {len(vocabulary)} tokens", flush=True)
+
+    records = os.path.join(args.out, "records")
+    if os.path.isfile(os.path.join(records, "pretraining_data.json")):
+        print(f"[2/3] records: reusing {records}", flush=True)
+    else:
+        print(f"[2/3] records: writing {records}", flush=True)
+        write_pretraining_data(
+            corpus,
+            vocabulary,
+            records,
+            max_seq_length=args.seq_len,
+            max_predictions_per_seq=args.max_predictions,
+            dupe_factor=args.dupe_factor,
+            whole_word_masking=args.whole_word_masking,
+            random_seed=12345 + args.seed,
+            num_shards=args.num_shards,
+            num_workers=args.workers,
+            overwrite=True,
+        )
+    metadata = read_metadata(records)
+    shards = sorted(os.path.join(records, name) for name in metadata["shards"])
+    train_shards, eval_shards = (shards[:-1], shards[-1:]) if len(shards) > 1 else (shards, None)
+    print(
+        f"      {metadata['num_instances']} instances in {len(shards)} shards "
+        f"({'last one held out' if eval_shards else 'no held-out shard'})",
+        flush=True,
+    )
+
+    model_dir = os.path.join(args.out, "model")
+    print(f"[3/3] pretraining {args.preset} for {args.steps} steps into {model_dir}", flush=True)
+    history = pretrain(
+        train_shards,
+        model_dir,
+        vocabulary,
+        init=args.preset,
+        eval_data=eval_shards,
+        batch_size=args.batch_size,
+        num_train_steps=args.steps,
+        num_warmup_steps=args.warmup_steps,
+        learning_rate=args.lr,
+        optimizer=args.optimizer,
+        log_every=args.log_every,
+        eval_steps=args.eval_steps,
+        jit_compile=not args.no_jit,
+        dtype="mixed_bfloat16" if args.mixed_precision else None,
+        seed=args.seed,
+    )
+    plot_curves(history, os.path.join(args.out, "curves.png"))
+    final = history["final"]
+    summary = {
+        "steps": final["step"],
+        "masked_lm_accuracy": final["masked_lm_accuracy"],
+        "next_sentence_accuracy": final["next_sentence_accuracy"],
+        "val_masked_lm_accuracy": final.get("val_masked_lm_accuracy"),
+        "val_next_sentence_accuracy": final.get("val_next_sentence_accuracy"),
+        **history["throughput"],
+        "history": os.path.join(model_dir, "history.json"),
+        "curves": os.path.join(args.out, "curves.png"),
+        "encoder": os.path.join(model_dir, "encoder"),
+    }
+    print(json.dumps(summary, indent=2))
+    return summary
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)
