@@ -12,7 +12,7 @@ The encoder lands in `model/encoder/` as a Hugging Face folder, so it can be
 fine-tuned with `kbert finetune --init <out>/model/encoder`.
 
     python tools/pretrain_debian.py --corpus corpus.txt.gz --out runs/pretrain-debian
-    python tools/pretrain_debian.py --corpus corpus.txt.gz --out /tmp/smoke \\
+    python tools/pretrain_debian.py --corpus corpus.txt.gz --out runs/smoke \\
         --steps 20 --log-every 10 --dupe-factor 1 --max-documents 500   # smoke test
 """
 
