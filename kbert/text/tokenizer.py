@@ -1,12 +1,22 @@
 """WordPiece tokenization that gives exactly the ids of Hugging Face's BERT tokenizer.
 
-tf-text's `FastBertTokenizer` alone normalises and splits text its own way
-(ICU's Unicode tables, NFD before lower-casing, no special tokens in raw text), so
-its ids differ from Hugging Face's on accented, CJK and symbol-laden text. This
+tf-text's `FastBertTokenizer` alone normalises and splits text its own way (ICU
+case folding, which turns "²" into "2" and "ß" into "ss"; control characters as
+word breaks; `[MASK]` in the text split into `[`, `mask`, `]`), so its ids differ
+from Hugging Face's on symbols, some accented and Greek text and special tokens,
+and keras-hub's `BertTokenizer` differs further on accents and CJK. This
 layer reproduces each step of Hugging Face's `BertNormalizer` and
 `BertPreTokenizer` with `tf.strings` and tf-text ops and hands the resulting words
 to `FastBertTokenizer` for the WordPiece step alone. Every op is a TensorFlow op,
-so the layer runs in `tf.data`, in a SavedModel and under `tf.function`.
+so the layer runs in `tf.data`, in a SavedModel and under `tf.function`; a TFLite
+converter takes it with `SELECT_TF_OPS` (the string ops) and custom ops (tf-text's),
+and the model then needs the Flex delegate and tf-text's registrar to run.
+
+Every code point, alone or between two letters, gives Hugging Face's ids with the
+MiniLM vocabulary, cased and uncased. Known gap: 116 code points of Unicode 13-16
+(the Vithkuqi script, a few Latin letters) lower-case or decompose differently,
+TensorFlow's ICU being older than the Rust tables `tokenizers` uses; BERT
+vocabularies hold none of them.
 """
 
 import os
@@ -288,7 +298,7 @@ def _to_string_tensor(inputs):
 
 
 def _describe(value, limit=80):
-    text = repr(value.numpy() if hasattr(value, "numpy") else value)
+    text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
 
 
