@@ -1,0 +1,154 @@
+"""The classifier's forward pass spelled in the op forms that converters recognise.
+
+The Keras model computes the same function with ops chosen for training and for
+XLA; converters look for other forms. tf2onnx and onnxruntime's BERT fusions
+(Attention, SkipLayerNormalization, BiasGelu) match these subgraphs only:
+
+| piece | Keras (TensorFlow backend) | here |
+| --- | --- | --- |
+| `Dense` on `(batch, length, width)` | `tensordot`: Reshape, MatMul, Reshape | one broadcasting MatMul, then Add |
+| attention | `einsum`s and a `where` on a boolean mask | MatMul(q, kᵀ) / √head + (1 − mask)·−10000, Softmax, MatMul(·, v) on `(batch, heads, length, head)` |
+| LayerNorm | moments and Rsqrt | ReduceMean, Sub, Pow 2, ReduceMean, Add ε, Sqrt, Div, Mul, Add |
+| exact GELU | `0.5·x·erfc(−x/√2)` (tf2onnx has no Erfc) | `x·(1 + erf(x·1/√2))·0.5` |
+
+The pass reads the Keras model's own variables, so an artefact traced from it
+holds the fine-tuned weights; `tests/test_export_graph.py` holds it to the Keras
+model's logits within `GRAPH_TOLERANCE`.
+"""
+
+import math
+
+import tensorflow as tf
+
+from kbert.models.encoder import ENCODER_INPUTS
+
+# The additive mask of google-research/bert and Hugging Face BERT: large enough
+# that exp() of a masked score is 0 in float32, and the constant onnxruntime's
+# attention fusion expects by default.
+MASK_BIAS = -10000.0
+# Float32 logits of the two forward passes agree to rounding error (measured
+# ~1e-6 on MiniLM); the bound leaves an order of magnitude.
+GRAPH_TOLERANCE = 1e-5
+
+
+def classifier_logits(model, features, target="onnx"):
+    """Logits of a `bert_classifier` model, computed with converter-friendly ops.
+
+    Args:
+        model: keras.Model from `kbert.models.bert_classifier` (TensorFlow backend).
+        features: dict of int32 `(batch, length)` tensors named `ENCODER_INPUTS`.
+        target: str. "onnx" (also the SavedModel's graph) or "tflite": the TFLite
+            converter has no Erf op but maps `tf.nn.gelu` to its GELU builtin.
+
+    Returns:
+        float32 `(batch, num_classes)` logits, equal to `model(features)` up to
+        float rounding.
+    """
+    encoder = classifier_encoder(model)
+    token_ids = features["token_ids"]
+    x = tf.gather(_value(encoder.get_layer("token_embedding").embeddings), token_ids)
+    length = tf.shape(token_ids)[1]
+    positions = _value(encoder.get_layer("position_embedding").embeddings)[:length]
+    x = x + positions[tf.newaxis]
+    x = x + tf.gather(_value(encoder.get_layer("segment_embedding").embeddings), features["segment_ids"])
+    x = _layer_norm(x, encoder.get_layer("embeddings_layer_norm"))
+
+    # (batch, 1, 1, length): two ExpandDims, then Cast, Sub and Mul, the mask
+    # subgraph onnxruntime's attention fusion traces back to the graph input.
+    mask = tf.expand_dims(tf.expand_dims(features["padding_mask"], 1), 1)
+    attention_bias = (1.0 - tf.cast(mask, tf.float32)) * MASK_BIAS
+    if target not in ("onnx", "tflite"):
+        raise ValueError(f"target={target!r}; expected 'onnx' or 'tflite'")
+    for block in _blocks(encoder):
+        x = _encoder_block(x, block, attention_bias, target)
+
+    pooled = tf.tanh(_dense(x[:, 0, :], encoder.get_layer("pooler")))
+    return _dense(pooled, model.get_layer("logits"))
+
+
+def classifier_encoder(model):
+    """The `bert_encoder` inside a classifier; `ValueError` for other models."""
+    try:
+        encoder = model.get_layer("bert_encoder")
+        model.get_layer("logits")
+    except ValueError:
+        raise ValueError(
+            f"model {model.name!r} is not a kbert classifier: expected layers "
+            "'bert_encoder' and 'logits'"
+        ) from None
+    missing = sorted(set(ENCODER_INPUTS) - set(model.input))
+    if missing:
+        raise ValueError(f"model {model.name!r} lacks the inputs {missing}")
+    return encoder
+
+
+def _blocks(encoder):
+    blocks = []
+    while True:
+        try:
+            blocks.append(encoder.get_layer(f"transformer_layer_{len(blocks)}"))
+        except ValueError:
+            return blocks
+
+
+def _value(variable):
+    return tf.convert_to_tensor(variable, dtype=tf.float32)
+
+
+def _dense(x, layer):
+    """`x · kernel + bias` as one MatMul (broadcast over leading axes) and one Add."""
+    y = tf.matmul(x, _value(layer.kernel))
+    if layer.use_bias:
+        y = y + _value(layer.bias)
+    return y
+
+
+def _layer_norm(x, layer):
+    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+    centered = x - mean
+    variance = tf.reduce_mean(tf.pow(centered, 2.0), axis=-1, keepdims=True)
+    normalized = centered / tf.sqrt(variance + layer.epsilon)
+    return normalized * _value(layer.gamma) + _value(layer.beta)
+
+
+def _activation(name, x, target):
+    if name == "gelu" and target == "tflite":
+        return tf.nn.gelu(x, approximate=False)
+    if name == "gelu":
+        # Grappler folds x / √2 into x · (1/√2); this is then the order of
+        # onnxruntime's TensorFlow Gelu pattern: x · (1 + erf(x · 1/√2)) · 0.5.
+        return x * (1.0 + tf.math.erf(x * (1.0 / math.sqrt(2.0)))) * 0.5
+    if name == "gelu_approximate":
+        cube = 0.044715 * tf.pow(x, 3.0)
+        return x * (1.0 + tf.tanh(math.sqrt(2.0 / math.pi) * (x + cube))) * 0.5
+    if name == "relu":
+        return tf.nn.relu(x)
+    raise ValueError(f"activation={name!r} has no export form")
+
+
+def _split_heads(x, num_heads, head_size, perm):
+    batch, length = tf.shape(x)[0], tf.shape(x)[1]
+    return tf.transpose(tf.reshape(x, [batch, length, num_heads, head_size]), perm)
+
+
+def _encoder_block(x, block, attention_bias, target):
+    attention = block.attention
+    heads, head_size = attention.num_heads, attention.head_size
+    # q, v: (batch, heads, length, head); k: (batch, heads, head, length).
+    query = _split_heads(_dense(x, attention.query_dense), heads, head_size, [0, 2, 1, 3])
+    key = _split_heads(_dense(x, attention.key_dense), heads, head_size, [0, 2, 3, 1])
+    value = _split_heads(_dense(x, attention.value_dense), heads, head_size, [0, 2, 1, 3])
+    # A Div, as in Hugging Face's graph: onnxruntime's fusion finds the scale
+    # and the mask among the Add's parents by op type, so a Mul here would be
+    # taken for the mask's Mul. The divisor comes from the runtime shape
+    # because grappler, run by tf2onnx, turns a division by a constant into a
+    # Mul.
+    scale = tf.sqrt(tf.cast(tf.shape(query)[-1], tf.float32))
+    scores = tf.matmul(query, key) / scale
+    probs = tf.nn.softmax(scores + attention_bias, axis=-1)
+    context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])
+    batch, length = tf.shape(x)[0], tf.shape(x)[1]
+    context = tf.reshape(context, [batch, length, heads * head_size])
+    x = _layer_norm(x + _dense(context, attention.output_dense), block.attention_layer_norm)
+    hidden = _activation(block.activation, _dense(x, block.intermediate_dense), target)
+    return _layer_norm(x + _dense(hidden, block.output_dense), block.output_layer_norm)
