@@ -1,0 +1,30 @@
+"""Export a fine-tuned kbert model to TF Serving, TFLite and ONNX, each verified.
+
+One call (or `kbert export`) turns a model folder from `kbert finetune` into a
+SavedModel for TF Serving, TFLite models (float32, float16, dynamic-range int8,
+int8, 16x8, and a string-in variant) and ONNX models (fused float32, dynamic
+int8), and holds every artefact to the Keras model on a labelled data set:
+
+    from kbert.export import export_model
+    report = export_model("runs/debian-minilm", "saved_models/debian",
+                          data="data/debian-packages/dev.csv",
+                          calibration="data/debian-packages/train.csv")
+
+Modules: `graph` (the converter-friendly forward pass), `savedmodel`,
+`tflite`, `onnx`, `verify` (figures, budgets, report), `exporter` (the whole
+run), `options` (names and defaults), `cli` (the `kbert export` subcommand).
+TensorFlow is imported on first use of `export_model`, so `kbert.export.cli`
+builds its parser without it.
+"""
+
+from kbert.export.options import FORMATS, QUANTIZATIONS, SUPPORTED
+
+__all__ = ["FORMATS", "QUANTIZATIONS", "SUPPORTED", "export_model"]
+
+
+def __getattr__(name):
+    if name == "export_model":
+        from kbert.export.exporter import export_model
+
+        return export_model
+    raise AttributeError(f"module 'kbert.export' has no attribute {name!r}")

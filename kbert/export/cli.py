@@ -1,0 +1,106 @@
+"""The `kbert export` subcommand: `add_export_parser(subparsers)` and `run_export(args)`.
+
+    kbert export --model runs/debian-minilm --out saved_models/debian \\
+        --data data/debian-packages/dev.csv --calibration data/debian-packages/train.csv
+
+Exit status (from `kbert.cli.main`): 0 when every artefact is within budget,
+1 when one is not (the artefacts and the report are written all the same), 2
+for bad input (`ValueError`, one line on stderr, nothing written).
+"""
+
+import os
+
+# Exit status when an artefact exceeds its budget.
+EXIT_OVER_BUDGET = 1
+
+
+def add_export_parser(subparsers):
+    """Adds the `export` subcommand to an `argparse` subparsers object."""
+    from kbert.export.options import (
+        DEFAULT_CALIBRATION_EXAMPLES,
+        DEFAULT_LATENCY_RUNS,
+        DEFAULT_THREADS,
+        FORMATS,
+        QUANTIZATIONS,
+        SUPPORTED,
+    )
+
+    p = subparsers.add_parser(
+        "export",
+        help="export a fine-tuned model to TF Serving, TFLite and ONNX, each verified",
+        description=(
+            "Writes a SavedModel for TF Serving, TFLite and ONNX models, runs each on --data "
+            "next to the Keras model and writes OUT/report.json and OUT/report.md. Formats and "
+            "their quantizations: "
+            + "; ".join(f"{f}: {', '.join(SUPPORTED[f])}" for f in FORMATS)
+            + ". Exit status 1 when an artefact exceeds its budget."
+        ),
+    )
+    p.add_argument("--model", required=True, help="fine-tuned model folder (kbert finetune --out)")
+    p.add_argument(
+        "--out", required=True,
+        help="export folder, e.g. saved_models/NAME; NAME is the TF Serving model name",
+    )
+    p.add_argument("--data", required=True, help="labelled CSV to verify on (dev set)")
+    p.add_argument(
+        "--calibration",
+        help="CSV whose texts calibrate int8 and 16x8 (training set; default: --data)",
+    )
+    p.add_argument("--formats", default=",".join(FORMATS), help="comma-separated; default all")
+    p.add_argument(
+        "--quantize", default=",".join(QUANTIZATIONS),
+        help="comma-separated quantizations; default all (each format gets those it supports)",
+    )
+    p.add_argument(
+        "--max-examples", type=_positive_int, default=None,
+        help="verify on the first N texts only (default: all)",
+    )
+    p.add_argument(
+        "--calibration-examples", type=_positive_int, default=DEFAULT_CALIBRATION_EXAMPLES,
+        help="calibration texts used at most",
+    )
+    p.add_argument(
+        "--threads", type=_positive_int, default=DEFAULT_THREADS, help="threads of every runtime"
+    )
+    p.add_argument(
+        "--latency-runs", type=_positive_int, default=DEFAULT_LATENCY_RUNS,
+        help="timed batch-1 runs per artefact, after warm-up",
+    )
+    p.add_argument("--text-column", default="text")
+    p.add_argument("--label-column", default="label")
+    p.set_defaults(run=run_export)
+    return p
+
+
+def run_export(args):
+    """Runs the export; returns the exit status (0, or `EXIT_OVER_BUDGET`)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from kbert.export.exporter import export_model
+
+    report = export_model(
+        args.model,
+        args.out,
+        data=args.data,
+        formats=args.formats,
+        quantizations=args.quantize,
+        calibration=args.calibration,
+        max_examples=args.max_examples,
+        calibration_examples=args.calibration_examples,
+        threads=args.threads,
+        latency_runs=args.latency_runs,
+        text_column=args.text_column,
+        label_column=args.label_column,
+    )
+    return 0 if report["passed"] else EXIT_OVER_BUDGET
+
+
+def _positive_int(value):
+    import argparse
+
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return number

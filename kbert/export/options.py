@@ -1,0 +1,35 @@
+"""Names and defaults of `kbert export`, importable without TensorFlow (for `--help`)."""
+
+FORMATS = ("savedmodel", "tflite", "onnx")
+QUANTIZATIONS = ("none", "fp16", "dynamic", "int8", "16x8")
+# Which quantizations each format has; ONNX's int8 is dynamic quantization
+# (`onnxruntime.quantization.quantize_dynamic`).
+SUPPORTED = {
+    "savedmodel": ("none",),
+    "tflite": QUANTIZATIONS,
+    "onnx": ("none", "dynamic"),
+}
+# Static int8 and 16x8 ranges come from this many calibration texts (the
+# TFLite converter's guidance is a few hundred representative samples).
+DEFAULT_CALIBRATION_EXAMPLES = 300
+# Latency: batch 1, median of at least this many runs after the warm-up ones.
+DEFAULT_LATENCY_RUNS = 50
+# The machines this project runs on have 2 cores; every runtime gets as many.
+DEFAULT_THREADS = 2
+
+
+def parse_names(value, known, what):
+    """A comma-separated string or a sequence -> validated tuple, in `known` order.
+
+    Example:
+    >>> parse_names("onnx,savedmodel", FORMATS, "format")
+    ('savedmodel', 'onnx')
+    """
+    names = [n.strip() for n in value.split(",")] if isinstance(value, str) else list(value)
+    names = [n for n in names if n]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown {what} {unknown[0]!r}; expected some of {', '.join(known)}")
+    if not names:
+        raise ValueError(f"no {what} given; expected some of {', '.join(known)}")
+    return tuple(n for n in known if n in names)

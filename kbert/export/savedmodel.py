@@ -1,0 +1,284 @@
+"""A SavedModel for TF Serving: raw strings in, class scores and label out.
+
+Layout written under the export folder (TF Serving's versioned layout):
+
+| path | content |
+| --- | --- |
+| `1/saved_model.pb`, `1/variables/` | the graph: tokenizer, packer and classifier |
+| `1/assets/vocab.txt`, `1/assets/labels.txt` | the WordPiece vocabulary; class names, one per line, read by the graph |
+| `1/assets.extra/tf_serving_warmup_requests` | `PredictionLog` records TF Serving replays at load time |
+| `models.config` | a `ModelServerConfig` text proto naming the model |
+
+Signatures:
+
+| name | inputs | outputs |
+| --- | --- | --- |
+| `serving_default` | `text`: string `(batch,)` | `scores` float32 `(batch, classes)`, `label` string `(batch,)`, `logits` float32 `(batch, classes)` |
+| `serve_tokens` | `token_ids`, `segment_ids`, `padding_mask`: int32 `(batch, length)` | the same |
+
+The tokenizer is made of TensorFlow and tf-text ops; the TF Serving model
+server links tf-text's ops, and a Python client must `import tensorflow_text`
+before `tf.saved_model.load`.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import tensorflow as tf
+
+from kbert.export.graph import classifier_logits
+from kbert.models.encoder import ENCODER_INPUTS
+from kbert.text import save_vocab
+
+SERVING_VERSION = 1
+TEXT_SIGNATURE = "serving_default"
+TOKENS_SIGNATURE = "serve_tokens"
+TEXT_INPUT = "text"
+OUTPUTS = ("label", "logits", "scores")
+LABELS_ASSET = "labels.txt"
+VOCAB_ASSET = "vocab.txt"
+MODELS_CONFIG = "models.config"
+WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+# TF Serving replays at most this many warm-up records; a few short ones are
+# enough to trace the graph and fill the kernel caches.
+MAX_WARMUP_REQUESTS = 4
+
+
+class ServingModule(tf.Module):
+    """The tf.Module saved as the SavedModel: both signatures and their assets.
+
+    Args:
+        finetuned: `kbert.training.finetune.FinetunedModel`.
+        vocab_file: str. The vocabulary file to ship as an asset.
+        labels_file: str. Class names one per line, read by the label lookup.
+    """
+
+    def __init__(self, finetuned, vocab_file, labels_file):
+        super().__init__(name="kbert_serving")
+        self.model = finetuned.model
+        self.preprocessor = finetuned.preprocessor
+        self.vocabulary_file = tf.saved_model.Asset(vocab_file)
+        self.labels = tf.lookup.StaticHashTable(
+            tf.lookup.TextFileInitializer(
+                labels_file,
+                key_dtype=tf.int64,
+                key_index=tf.lookup.TextFileIndex.LINE_NUMBER,
+                value_dtype=tf.string,
+                value_index=tf.lookup.TextFileIndex.WHOLE_LINE,
+            ),
+            default_value="",
+        )
+
+    def _outputs(self, features):
+        logits = classifier_logits(self.model, features)
+        return {
+            "scores": tf.nn.softmax(logits, axis=-1),
+            "label": self.labels.lookup(tf.argmax(logits, axis=-1)),
+            "logits": logits,
+        }
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=TEXT_INPUT)])
+    def serve_text(self, text):
+        return self._outputs(self.preprocessor(text))
+
+    @tf.function(
+        input_signature=[
+            {name: tf.TensorSpec([None, None], tf.int32, name=name) for name in ENCODER_INPUTS}
+        ]
+    )
+    def serve_tokens(self, features):
+        return self._outputs(features)
+
+
+def export_savedmodel(finetuned, folder, name, warmup_texts, staging):
+    """Writes `folder/1/` (SavedModel with warm-up requests) and `folder/models.config`.
+
+    Args:
+        finetuned: `FinetunedModel`.
+        folder: str. The export folder (TF Serving's model base path).
+        name: str. The model name TF Serving serves it under.
+        warmup_texts: list of str. Texts for the warm-up requests.
+        staging: str. A scratch folder for the label file.
+
+    Returns:
+        str. The version folder.
+    """
+    labels_file = os.path.join(staging, LABELS_ASSET)
+    with open(labels_file, "w", encoding="utf-8") as f:
+        f.write("".join(label + "\n" for label in finetuned.labels))
+    vocab_file = os.path.join(staging, VOCAB_ASSET)
+    save_vocab(finetuned.vocabulary, vocab_file)
+
+    module = ServingModule(finetuned, vocab_file, labels_file)
+    version_dir = os.path.join(folder, str(SERVING_VERSION))
+    tf.saved_model.save(
+        module,
+        version_dir,
+        signatures={
+            TEXT_SIGNATURE: module.serve_text.get_concrete_function(),
+            TOKENS_SIGNATURE: module.serve_tokens.get_concrete_function(),
+        },
+    )
+    write_warmup_requests(version_dir, name, warmup_texts[:MAX_WARMUP_REQUESTS])
+    write_models_config(os.path.join(folder, MODELS_CONFIG), name)
+    return version_dir
+
+
+def write_models_config(path, name, base_path=None):
+    """Writes a TF Serving `--model_config_file` for one model.
+
+    `base_path` defaults to `/models/NAME`, where the tensorflow/serving image
+    expects a model mounted; TF Serving needs an absolute path.
+    """
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    config = model_server_config_pb2.ModelServerConfig()
+    model = config.model_config_list.config.add()
+    model.name = name
+    model.base_path = base_path or f"/models/{name}"
+    model.model_platform = "tensorflow"
+    with open(path, "w") as f:
+        f.write(text_format.MessageToString(config))
+
+
+def write_warmup_requests(version_dir, name, texts):
+    """Writes `assets.extra/tf_serving_warmup_requests`: one PredictRequest per text."""
+    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+    folder = os.path.join(version_dir, os.path.dirname(WARMUP_FILE))
+    os.makedirs(folder, exist_ok=True)
+    with tf.io.TFRecordWriter(os.path.join(version_dir, WARMUP_FILE)) as writer:
+        for text in texts:
+            request = predict_pb2.PredictRequest(
+                model_spec=model_pb2.ModelSpec(name=name, signature_name=TEXT_SIGNATURE),
+            )
+            request.inputs[TEXT_INPUT].CopyFrom(tf.make_tensor_proto([text], dtype=tf.string))
+            log = prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=request)
+            )
+            writer.write(log.SerializeToString())
+
+
+def read_warmup_requests(version_dir):
+    """The `PredictRequest`s of the warm-up file, in order."""
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    requests = []
+    for record in tf.data.TFRecordDataset(os.path.join(version_dir, WARMUP_FILE)):
+        log = prediction_log_pb2.PredictionLog.FromString(record.numpy())
+        requests.append(log.predict_log.request)
+    return requests
+
+
+def load_savedmodel(version_dir):
+    """`tf.saved_model.load`, after registering the tf-text ops the graph uses."""
+    import tensorflow_text  # noqa: F401  (registers RegexSplitWithOffsets and friends)
+
+    return tf.saved_model.load(version_dir)
+
+
+def saved_model_cli_show(version_dir):
+    """Runs `saved_model_cli show --all` and checks it lists both signatures.
+
+    Returns the tool's output; raises `ValueError` with its first line of
+    complaint if it fails or misses a signature.
+    """
+    tool = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    if not os.path.isfile(tool):
+        raise ValueError(f"saved_model_cli not found beside {sys.executable}")
+    result = subprocess.run(
+        [tool, "show", "--dir", version_dir, "--all"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        check=False,
+    )
+    output = result.stdout
+    expected = [f"signature_def['{TEXT_SIGNATURE}']", f"signature_def['{TOKENS_SIGNATURE}']"]
+    expected += [f"inputs['{TEXT_INPUT}']"] + [f"outputs['{name}']" for name in OUTPUTS]
+    missing = [item for item in expected if item not in output]
+    if result.returncode or missing:
+        complaint = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ValueError(
+            f"saved_model_cli show --all on {version_dir} failed (exit {result.returncode}, "
+            f"missing {missing}): {complaint}"
+        )
+    return output
+
+
+# === TF Serving's REST API ===
+
+
+def rest_predict_example(loaded, texts):
+    """The REST `predict` request for `texts` and the response TF Serving sends.
+
+    The response is computed by running the loaded `serving_default` signature
+    and writing its outputs the way TF Serving's row format does
+    (`tensorflow_serving/util/json_tensor.cc`): one object per instance, keyed
+    by output name, floats in their shortest round-trip form.
+
+    Args:
+        loaded: the object `load_savedmodel` returns.
+        texts: list of str.
+
+    Returns:
+        `(request, response)`: the two JSON bodies as str.
+    """
+    request = {"signature_name": TEXT_SIGNATURE, "instances": list(texts)}
+    outputs = loaded.signatures[TEXT_SIGNATURE](**{TEXT_INPUT: tf.constant(texts)})
+    rows = []
+    for index in range(len(texts)):
+        rows.append({name: _row_value(outputs[name][index].numpy()) for name in sorted(outputs)})
+    body = ",\n".join("    " + _compact(row) for row in rows)
+    response = '{\n  "predictions": [\n' + body + "\n  ]\n}"
+    return json.dumps(request, indent=2, ensure_ascii=False), response
+
+
+class _RawNumber(str):
+    """A number already written as TF Serving writes it."""
+
+
+def _row_value(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if value.ndim == 0:
+        return _RawNumber(serving_float(float(value)))
+    return [_row_value(item) for item in value]
+
+
+def _compact(value):
+    if isinstance(value, _RawNumber):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_compact(item) for item in value) + "]"
+    return "{" + ", ".join(f"{json.dumps(k)}: {_compact(v)}" for k, v in value.items()) + "}"
+
+
+def serving_float(value):
+    """A float32 as TF Serving's JSON writer prints it.
+
+    Six significant digits (`absl::StrCat`) if they give the float32 back, else
+    nine (`max_digits10`); ".0" appended to whole numbers without an exponent.
+
+    Example:
+    >>> serving_float(0.5), serving_float(0.1), serving_float(2.0), serving_float(3e-05)
+    ('0.5', '0.1', '2.0', '3e-05')
+    """
+    import numpy as np
+
+    value = np.float32(value)
+    if np.isnan(value):
+        return "NaN"
+    if np.isinf(value):
+        return "-Infinity" if value < 0 else "Infinity"
+    text = f"{float(value):.6g}"
+    if np.float32(float(text)) != value:
+        text = f"{float(value):.9g}"
+    if "." not in text and "e" not in text:
+        text += ".0"
+    return text

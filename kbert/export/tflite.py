@@ -1,0 +1,234 @@
+"""TFLite (LiteRT) classifiers: token ids of a fixed length in, builtin ops only.
+
+The Keras model goes through `keras.export.ExportArchive` into a SavedModel
+with one endpoint on `(1, sequence_length)` int32 inputs, which
+`tf.lite.TFLiteConverter` converts once per quantization:
+
+| quantization | converter settings | stored | computed |
+| --- | --- | --- | --- |
+| `none` | builtin ops | float32 | float32 |
+| `fp16` | `Optimize.DEFAULT`, `supported_types=[float16]` | float16 weights | float32 |
+| `dynamic` | `Optimize.DEFAULT` | int8 weights | int8 matmuls, activations quantized per run |
+| `int8` | `INT8_RECIPE` below | int8 weights | see `INT8_RECIPE` |
+| `16x8` | `EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8` | int8 weights | int16 activations |
+
+The text variant (`text_tflite`) takes one raw string: tf-text's
+`FastBertTokenizer` (`FastBertNormalize` and `FastWordpieceTokenizeWithOffsets`,
+tf-text's TFLite custom ops) then a packer of builtin ops. Its normaliser folds
+compatibility characters (`²` -> `2`, `ﬂ` -> `fl`) that Hugging Face's BERT
+normaliser keeps, so its ids can differ from `kbert.text.WordPieceTokenizer`'s
+on such text; the report counts the verification texts where they do.
+"""
+
+import os
+import tempfile
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kbert.export.options import SUPPORTED
+from kbert.models.encoder import ENCODER_INPUTS
+
+TFLITE_QUANTIZATIONS = SUPPORTED["tflite"]
+# The custom ops of the text variant, all registered by
+# `tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS`.
+TEXT_CUSTOM_OPS = ("FastBertNormalize", "FastWordpieceTokenizeWithOffsets")
+ENDPOINT = "serve"
+
+
+# === Conversion ===
+
+
+def write_token_source(model, sequence_length, folder):
+    """Writes the SavedModel the token variants are converted from.
+
+    One endpoint on `(1, sequence_length)` int32 inputs named `ENCODER_INPUTS`,
+    returning `{"logits": (1, classes)}`.
+    """
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint(
+        ENDPOINT,
+        lambda features: {"logits": model(features, training=False)},
+        input_signature=[
+            {name: tf.TensorSpec([1, sequence_length], tf.int32, name=name) for name in ENCODER_INPUTS}
+        ],
+    )
+    archive.write_out(folder, verbose=False)
+
+
+def convert_tokens(source, quantization, calibration=None):
+    """Converts the SavedModel of `write_token_source` to TFLite bytes.
+
+    Args:
+        source: str. The SavedModel folder.
+        quantization: str. One of `TFLITE_QUANTIZATIONS`.
+        calibration: for "int8" and "16x8": a dict of int32 `(n, length)`
+            arrays named `ENCODER_INPUTS`, fed one row at a time.
+    """
+    if quantization not in TFLITE_QUANTIZATIONS:
+        raise ValueError(f"quantization={quantization!r}; expected one of {TFLITE_QUANTIZATIONS}")
+    converter = tf.lite.TFLiteConverter.from_saved_model(source)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    if quantization == "none":
+        return converter.convert()
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantization == "fp16":
+        converter.target_spec.supported_types = [tf.float16]
+        return converter.convert()
+    if quantization == "dynamic":
+        return converter.convert()
+    if calibration is None or not len(calibration[ENCODER_INPUTS[0]]):
+        raise ValueError(f"quantization={quantization!r} needs calibration examples; got none")
+    converter.representative_dataset = _representative_dataset(calibration)
+    if quantization == "16x8":
+        converter.target_spec.supported_ops = [
+            tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+        ]
+        return converter.convert()
+    return _convert_int8(converter, converter.representative_dataset)
+
+
+def _representative_dataset(calibration):
+    rows = len(calibration[ENCODER_INPUTS[0]])
+
+    def generate():
+        for index in range(rows):
+            yield {name: calibration[name][index : index + 1] for name in ENCODER_INPUTS}
+
+    return generate
+
+
+def _convert_int8(converter, dataset):
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    return converter.convert()
+
+
+def write_text_source(finetuned, folder):
+    """Writes the SavedModel of the text variant: one string in, logits out."""
+    import tensorflow_text as tf_text
+
+    tokenizer = finetuned.tokenizer
+    length = finetuned.sequence_length
+    wordpiece = tf_text.FastBertTokenizer(
+        vocab=list(finetuned.vocabulary),
+        token_out_type=tf.int32,
+        unknown_token=tokenizer.unknown_token,
+        lower_case_nfd_strip_accents=finetuned.lowercase,
+    )
+    model = finetuned.model
+
+    def serve(text):
+        # One text (batch 1): [CLS] ids[:length - 2] [SEP], then padding. Only
+        # builtin ops besides the two tokenizer ops.
+        ids = wordpiece.tokenize(text).flat_values[: length - 2]
+        count = tf.shape(ids)[0] + 2
+        token_ids = tf.concat([[tokenizer.cls_id], ids, [tokenizer.sep_id]], axis=0)
+        token_ids = tf.pad(token_ids, [[0, length - count]], constant_values=tokenizer.pad_id)
+        mask = tf.pad(tf.ones([count], tf.int32), [[0, length - count]])
+        features = {
+            "token_ids": tf.reshape(token_ids, [1, length]),
+            "segment_ids": tf.zeros([1, length], tf.int32),
+            "padding_mask": tf.reshape(mask, [1, length]),
+        }
+        return {"logits": model(features, training=False)}
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint(ENDPOINT, serve, input_signature=[tf.TensorSpec([1], tf.string, name="text")])
+    archive.write_out(folder, verbose=False)
+
+
+def convert_text(source):
+    """Converts the text SavedModel: builtin ops plus tf-text's custom ops."""
+    converter = tf.lite.TFLiteConverter.from_saved_model(source)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    converter.allow_custom_ops = True
+    return converter.convert()
+
+
+def tflite_ops(model_bytes):
+    """Sorted names of the operators a .tflite model uses (custom ops by code)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.Model.GetRootAs(model_bytes, 0)
+    names = {
+        code: name for name, code in vars(schema.BuiltinOperator).items() if not name.startswith("_")
+    }
+    ops = set()
+    for index in range(model.OperatorCodesLength()):
+        code = model.OperatorCodes(index)
+        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        if builtin == schema.BuiltinOperator.CUSTOM:
+            ops.add(code.CustomCode().decode("utf-8"))
+        else:
+            ops.add(names[builtin])
+    return sorted(ops)
+
+
+def check_ops(model_bytes, allowed_custom=()):
+    """Raises `ValueError` if the model uses Flex ops or custom ops not in `allowed_custom`."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    builtin = {name for name in vars(schema.BuiltinOperator) if not name.startswith("_")}
+    extra = [op for op in tflite_ops(model_bytes) if op not in builtin and op not in allowed_custom]
+    if extra:
+        raise ValueError(f"TFLite model uses non-builtin ops {extra}")
+    return tflite_ops(model_bytes)
+
+
+# === Running ===
+
+
+class TfliteRunner:
+    """Runs a .tflite classifier from this module with `ai_edge_litert`.
+
+    Args:
+        path: str. The .tflite file.
+        threads: int. Interpreter threads (XNNPACK's too).
+        text: bool. A text variant: registers tf-text's custom ops.
+    """
+
+    def __init__(self, path, threads, text=False):
+        from ai_edge_litert import interpreter
+
+        if text:
+            import tensorflow_text as tf_text
+
+            self.interpreter = interpreter.InterpreterWithCustomOps(
+                custom_op_registerers=tf_text.tflite_registrar.SELECT_TFTEXT_OPS,
+                model_path=path,
+                num_threads=threads,
+            )
+        else:
+            self.interpreter = interpreter.Interpreter(model_path=path, num_threads=threads)
+        self.runner = self.interpreter.get_signature_runner()
+        self.threads = threads
+
+    def logits(self, features):
+        """Logits for a dict of int32 `(batch, length)` arrays, one row at a time."""
+        rows = len(features[ENCODER_INPUTS[0]])
+        return np.concatenate(
+            [
+                self.runner(**{name: np.asarray(features[name][i : i + 1], np.int32) for name in ENCODER_INPUTS})["logits"]
+                for i in range(rows)
+            ]
+        )
+
+    def text_logits(self, texts):
+        """Logits for a list of str, one text at a time."""
+        return np.concatenate(
+            [self.runner(text=np.array([text.encode("utf-8")], dtype=object))["logits"] for text in texts]
+        )
+
+
+def scratch_folder(parent):
+    """A temporary folder for intermediate SavedModels, inside `parent`."""
+    return tempfile.mkdtemp(prefix=".tflite-", dir=parent)
+
+
+def write_bytes(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)

