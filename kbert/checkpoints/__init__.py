@@ -9,13 +9,17 @@ from kbert.checkpoints.huggingface import (
     resolve_checkpoint,
     save_hf_checkpoint,
 )
+from kbert.checkpoints.keras_hub import config_from_keras_hub, from_keras_hub, to_keras_hub
 
 __all__ = [
     "HuggingFaceCheckpoint",
     "config_from_hf",
+    "config_from_keras_hub",
     "config_to_hf",
+    "from_keras_hub",
     "load_hf_checkpoint",
     "load_hf_weights",
     "resolve_checkpoint",
     "save_hf_checkpoint",
+    "to_keras_hub",
 ]
