@@ -137,6 +137,111 @@ def cmd_tokenize(args):
         print(json.dumps([int(i) for i in ids[packed["padding_mask"][0].numpy() == 1]]))
 
 
+def cmd_vocab(args):
+    from kbert.pretraining import learn_vocabulary
+
+    vocabulary = learn_vocabulary(
+        args.corpus, args.size, lowercase=not args.cased, min_count=args.min_count
+    )
+    text = "".join(token + "\n" for token in vocabulary).encode("utf-8")
+    _write_atomically(args.out, lambda f: f.write(text))
+    print(json.dumps({"vocab": args.out, "size": len(vocabulary)}))
+
+
+def cmd_pretraining_data(args):
+    from kbert.pretraining import read_metadata, write_pretraining_data
+
+    write_pretraining_data(
+        args.corpus,
+        args.vocab,
+        args.out,
+        lowercase=not args.cased,
+        max_seq_length=args.max_seq_length,
+        max_predictions_per_seq=args.max_predictions_per_seq,
+        masked_lm_prob=args.masked_lm_prob,
+        dupe_factor=args.dupe_factor,
+        short_seq_prob=args.short_seq_prob,
+        whole_word_masking=args.whole_word_masking,
+        random_seed=args.random_seed,
+        num_shards=args.num_shards,
+        num_workers=args.workers,
+        overwrite=args.overwrite,
+        progress=sys.stderr.isatty(),
+    )
+    metadata = read_metadata(args.out)
+    print(json.dumps({
+        "records": args.out,
+        "shards": len(metadata["shards"]),
+        "num_instances": metadata["num_instances"],
+    }))
+
+
+def _pretraining_init(config):
+    """A preset name or checkpoint as is; a BertConfig .json file read."""
+    from kbert.config import BertConfig
+
+    if config.endswith(".json") and os.path.isfile(config):
+        return BertConfig.from_json(config)
+    return config
+
+
+def cmd_pretrain(args):
+    from kbert.pretraining import (
+        make_dynamic_masking_dataset,
+        make_pretraining_dataset,
+        pretrain,
+        read_metadata,
+    )
+
+    if bool(args.records) == bool(args.corpus):
+        raise CliError("give either --records or --corpus")
+    vocab = args.vocab
+    lowercase = not args.cased
+    if args.records and os.path.isdir(args.records):
+        vocab = vocab or os.path.join(args.records, "vocab.txt")
+        try:
+            lowercase = read_metadata(args.records)["lowercase"]
+        except ValueError:
+            pass
+    if not vocab or not os.path.isfile(vocab):
+        raise CliError(f"--vocab {vocab}: no such file" if vocab else "--vocab is required")
+    if args.records:
+        train = make_pretraining_dataset(
+            args.records, args.batch_size, seq_len=args.seq_len, seed=args.seed
+        )
+    else:
+        train = make_dynamic_masking_dataset(
+            args.corpus,
+            vocab,
+            args.batch_size,
+            args.seq_len,
+            args.max_predictions,
+            lowercase=lowercase,
+            seed=args.seed,
+        )
+    kwargs = {} if args.lr is None else {"learning_rate": args.lr}
+    history = pretrain(
+        train,
+        args.out,
+        vocab,
+        init=_pretraining_init(args.config),
+        batch_size=args.batch_size,
+        num_train_steps=args.steps,
+        num_warmup_steps=args.warmup_steps,
+        optimizer=args.optimizer,
+        log_every=args.log_every,
+        lowercase=lowercase,
+        jit_compile=not args.no_jit,
+        dtype=args.dtype,
+        seed=args.seed,
+        checkpoint_every=args.checkpoint_every,
+        deterministic=args.deterministic,
+        **kwargs,
+    )
+    final = {k: v for k, v in history["final"].items() if k in ("step", "loss", "masked_lm_accuracy")}
+    print(json.dumps({"model": args.out, "final": final, "throughput": history["throughput"]}))
+
+
 def _positive_int(value):
     number = int(value)
     if number < 1:
@@ -146,7 +251,7 @@ def _positive_int(value):
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog="kbert", description="BERT for Keras 3: fine-tune, evaluate, predict, embed."
+        prog="kbert", description="BERT for Keras 3: pretrain, fine-tune, evaluate, predict, embed."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -202,6 +307,73 @@ def build_parser():
     p.add_argument("--cased", action="store_true", help="keep case and accents")
     p.add_argument("texts", nargs="+", metavar="TEXT")
     p.set_defaults(run=cmd_tokenize)
+
+    p = sub.add_parser("vocab", help="learn a WordPiece vocab.txt from raw text")
+    p.add_argument("--corpus", required=True, help="text file(s) or glob; .gz read transparently")
+    p.add_argument("--size", required=True, type=_positive_int, help="largest vocabulary")
+    p.add_argument("--cased", action="store_true", help="keep case and accents")
+    p.add_argument("--min-count", type=_positive_int, default=10, help="rarest piece kept")
+    p.add_argument("--out", required=True, help="vocab.txt to write")
+    p.set_defaults(run=cmd_vocab)
+
+    p = sub.add_parser(
+        "pretraining-data", help="masked-LM / next-sentence TFRecords (google-research/bert format)"
+    )
+    p.add_argument(
+        "--corpus", required=True,
+        help="one sentence per line, blank lines between documents; file(s) or glob",
+    )
+    p.add_argument("--vocab", required=True, help="vocab.txt")
+    p.add_argument("--out", required=True, help="folder for the shards")
+    p.add_argument("--cased", action="store_true", help="keep case and accents")
+    p.add_argument("--max-seq-length", type=_positive_int, default=128)
+    p.add_argument("--max-predictions-per-seq", type=_positive_int, default=20)
+    p.add_argument("--masked-lm-prob", type=float, default=0.15)
+    p.add_argument("--dupe-factor", type=_positive_int, default=10)
+    p.add_argument("--short-seq-prob", type=float, default=0.1)
+    p.add_argument("--whole-word-masking", action="store_true")
+    p.add_argument("--random-seed", type=int, default=12345)
+    p.add_argument("--num-shards", type=_positive_int, default=16)
+    p.add_argument("--workers", type=_positive_int, default=None, help="default: CPU count")
+    p.add_argument("--overwrite", action="store_true", help="replace earlier shards in --out")
+    p.set_defaults(run=cmd_pretraining_data)
+
+    p = sub.add_parser(
+        "pretrain", help="masked-LM pretraining; rerun the same command to resume"
+    )
+    data = p.add_mutually_exclusive_group(required=True)
+    data.add_argument("--records", help="TFRecords: folder or glob from pretraining-data")
+    data.add_argument("--corpus", help="raw text, masked on the fly (RoBERTa's dynamic masking)")
+    p.add_argument(
+        "--config", "--init", required=True, dest="config",
+        help="BertConfig preset, a BertConfig .json file, or a checkpoint folder to continue",
+    )
+    p.add_argument("--vocab", help="vocab.txt (default: the one in the --records folder)")
+    p.add_argument("--cased", action="store_true", help="with --corpus: keep case and accents")
+    p.add_argument("--steps", type=_positive_int, required=True, help="optimizer steps")
+    p.add_argument("--batch-size", type=_positive_int, default=64)
+    p.add_argument("--seq-len", type=_positive_int, default=128)
+    p.add_argument(
+        "--max-predictions", type=_positive_int, default=20,
+        help="with --corpus: most masked positions per sequence",
+    )
+    p.add_argument("--out", required=True, help="run folder (logs/, backup/, encoder/, ...)")
+    p.add_argument(
+        "--checkpoint-every", type=_positive_int, default=None,
+        help="save the training state every K steps; rerunning resumes from it",
+    )
+    p.add_argument("--log-every", type=_positive_int, default=100, help="steps per logged window")
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (LAMB: 1e-3)")
+    p.add_argument("--optimizer", choices=["lamb", "adamw"], default="lamb")
+    p.add_argument("--warmup-steps", type=int, default=None, help="default: 10%% of --steps")
+    p.add_argument("--no-jit", action="store_true", help="do not compile with XLA")
+    p.add_argument("--dtype", choices=["float32", "mixed_bfloat16", "mixed_float16"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--deterministic", action="store_true",
+        help="TensorFlow op determinism: bitwise reproducible, also across a resume",
+    )
+    p.set_defaults(run=cmd_pretrain)
     return parser
 
 

@@ -9,6 +9,7 @@ import tempfile
 import time
 
 import keras
+import numpy as np
 
 from kbert.checkpoints import load_hf_checkpoint, resolve_checkpoint, save_hf_checkpoint
 from kbert.checkpoints.google import load_google_checkpoint
@@ -26,6 +27,122 @@ DEFAULT_LAMB_LEARNING_RATE = 1e-3
 ENCODER_FOLDER = "encoder"
 WEIGHTS_FILE = "pretrainer.weights.h5"
 HISTORY_FILE = "history.json"
+# Written while training, inside `out`: TensorBoard event files, and the last
+# checkpoints (removed when the run completes).
+LOGS_FOLDER = "logs"
+BACKUP_FOLDER = "backup"
+_STATE = "latest"
+_PREVIOUS_STATE = "previous"
+_WINDOWS_FILE = "windows.json"
+_SEEDS_FILE = "seed_generators.npz"
+
+
+class _ScalarLogs(keras.callbacks.Callback):
+    """TensorBoard scalars for each window, for when the `tensorboard` package is absent.
+
+    `keras.callbacks.TensorBoard` needs that package for `tf.summary.scalar`;
+    this writes the same `epoch_*` scalars into `train/` and `validation/`
+    with TensorFlow's own `tf.summary.write`, which TensorBoard reads alike.
+    """
+
+    def __init__(self, log_dir):
+        super().__init__()
+        self.log_dir = log_dir
+        self._writers = {}
+
+    def on_epoch_end(self, epoch, logs=None):
+        import tensorflow as tf
+        from tensorflow.core.framework import summary_pb2
+
+        metadata = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+        )
+        logs = dict(logs or {})
+        logs["learning_rate"] = self.model.optimizer.learning_rate
+        for name, value in logs.items():
+            split = "validation" if name.startswith("val_") else "train"
+            if split not in self._writers:
+                self._writers[split] = tf.summary.create_file_writer(
+                    os.path.join(self.log_dir, split)
+                )
+            with self._writers[split].as_default():
+                tag = "epoch_" + name.removeprefix("val_")
+                tf.summary.write(tag, tf.cast(value, tf.float32), step=epoch, metadata=metadata)
+        for writer in self._writers.values():
+            writer.flush()
+
+
+def _tensorboard(log_dir):
+    import importlib.util
+
+    if importlib.util.find_spec("tensorboard") is not None:
+        return keras.callbacks.TensorBoard(log_dir)
+    return _ScalarLogs(log_dir)
+
+
+class _AtomicBackup(keras.callbacks.BackupAndRestore):
+    """`BackupAndRestore` whose every checkpoint appears whole or not at all.
+
+    Keras's callback writes `latest.weights.h5` (weights, optimizer state and
+    step counter) and `training_metadata.json` (epochs done) in place, so a
+    kill between or during the two writes leaves a torn state. Here both, and
+    the logged windows, are written to a new folder that then replaces
+    `latest/`; the one before is kept as `previous/` (Keras's
+    `double_checkpoint`) until the new one is in place. The dropout seed
+    generators' states, which `save_weights` leaves out, are saved too, so a
+    resumed run draws the same dropout masks as an uninterrupted one.
+    """
+
+    def __init__(self, backup_dir, logger):
+        super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=False)
+        self.logger = logger
+        self._latest = os.path.join(backup_dir, _STATE)
+        self._previous = os.path.join(backup_dir, _PREVIOUS_STATE)
+        self._weights_path = os.path.join(self._latest, "latest.weights.h5")
+        self._training_metadata_path = os.path.join(self._latest, "training_metadata.json")
+
+    @staticmethod
+    def restore_point(backup_dir):
+        """(epochs done, logged windows) of the last complete checkpoint, or (0, [])."""
+        for name in (_STATE, _PREVIOUS_STATE):
+            folder = os.path.join(backup_dir, name)
+            if os.path.isfile(os.path.join(folder, _WINDOWS_FILE)):
+                if name == _PREVIOUS_STATE:
+                    os.rename(folder, os.path.join(backup_dir, _STATE))
+                    folder = os.path.join(backup_dir, _STATE)
+                with open(os.path.join(folder, "training_metadata.json")) as f:
+                    epoch = json.load(f)["epoch"]
+                with open(os.path.join(folder, _WINDOWS_FILE)) as f:
+                    return epoch, json.load(f)
+        return 0, []
+
+    def _seed_states(self):
+        return [v for v in self.model.variables if "seed_generator_state" in v.path]
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        seeds = os.path.join(self._latest, _SEEDS_FILE)
+        if os.path.isfile(seeds):
+            with np.load(seeds) as saved:
+                for index, variable in enumerate(self._seed_states()):
+                    variable.assign(saved[str(index)])
+
+    def _save_model(self):
+        os.makedirs(self.backup_dir, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".state-", dir=self.backup_dir)
+        self.model.save_weights(os.path.join(staging, "latest.weights.h5"))
+        states = {str(i): keras.ops.convert_to_numpy(v) for i, v in enumerate(self._seed_states())}
+        np.savez(os.path.join(staging, _SEEDS_FILE), **states)
+        with open(os.path.join(staging, "training_metadata.json"), "w") as f:
+            json.dump({"epoch": self._current_epoch, "batch": 0}, f)
+        # Written last: restore_point() takes a folder holding it as complete.
+        with open(os.path.join(staging, _WINDOWS_FILE), "w") as f:
+            json.dump(self.logger.windows, f)
+        if os.path.isdir(self._latest):
+            shutil.rmtree(self._previous, ignore_errors=True)
+            os.rename(self._latest, self._previous)
+        os.rename(staging, self._latest)
+        shutil.rmtree(self._previous, ignore_errors=True)
 
 
 class _WindowLogger(keras.callbacks.Callback):
@@ -104,6 +221,8 @@ def pretrain(
     jit_compile=True,
     dtype=None,
     seed=0,
+    checkpoint_every=None,
+    deterministic=False,
     verbose="auto",
 ):
     """Pretrains BERT with masked LM and next-sentence prediction; writes `out`.
@@ -115,7 +234,10 @@ def pretrain(
         out: str. New folder: `encoder/` (a Hugging Face BERT folder, for
             `load_hf_checkpoint` and fine-tuning), `pretrainer.weights.h5`
             (encoder + heads) and `history.json` (one entry per window of
-            `log_every` steps: losses, accuracies, learning rate, throughput).
+            `log_every` steps: losses, accuracies, learning rate, throughput);
+            `logs/` holds TensorBoard event files, one point per window.
+            With `checkpoint_every`, a folder holding `backup/` from an
+            interrupted run resumes it.
         vocabulary: list of str or path of the `vocab.txt` the data was made with.
         init: a preset name or `BertConfig` (fresh model, `vocab_size` set to
             the vocabulary's), or a checkpoint folder or packaged name, Hugging
@@ -133,6 +255,16 @@ def pretrain(
         jit_compile: bool. Compile the train step with XLA.
         dtype: dtype policy, e.g. "mixed_bfloat16".
         seed: int. Seeds Keras, the initialisation and the record shuffle.
+        checkpoint_every: int or None. Save the training state (weights,
+            optimizer state, step) to `out/backup/` every this many steps,
+            atomically; the windows are then this long instead of
+            `log_every`. Running the same call again after a crash resumes
+            from the last checkpoint: the same step, optimizer state and data
+            position (the batches already consumed are skipped), so with
+            `deterministic` it ends with the same weights as an
+            uninterrupted run. Needs records or a deterministic dataset.
+        deterministic: bool. `tf.config.experimental.enable_op_determinism()`
+            (process-wide): bitwise reproducible runs, somewhat slower.
 
     Returns:
         The dict written to `history.json`.
@@ -147,16 +279,25 @@ def pretrain(
         ("num_train_steps", num_train_steps),
         ("log_every", log_every),
         ("eval_steps", eval_steps),
+        ("checkpoint_every", 1 if checkpoint_every is None else checkpoint_every),
     ):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}={value!r} must be a positive integer")
     if num_warmup_steps is None:
         num_warmup_steps = int(DEFAULT_WARMUP_FRACTION * num_train_steps)
-    if os.path.exists(out) and os.listdir(out):
+    backup_dir = os.path.join(out, BACKUP_FOLDER)
+    resuming = checkpoint_every is not None and os.path.isdir(backup_dir)
+    if os.path.exists(out) and os.listdir(out) and not resuming:
         raise ValueError(f"{out} exists and is not empty; choose a new folder")
     if isinstance(vocabulary, (str, os.PathLike)):
         vocabulary = load_vocab(vocabulary)
+    if checkpoint_every is not None:
+        log_every = checkpoint_every
 
+    if deterministic:
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(seed)
     config, model, checkpoint_lowercase = _build_model(init, vocabulary, dtype)
     if checkpoint_lowercase is not None:
@@ -165,34 +306,57 @@ def pretrain(
     evaluation = None if eval_data is None else _as_dataset(eval_data, batch_size, seed, True)
     features = train.element_spec[0]
     seq_len = features["token_ids"].shape[1]
-    model.compile(
-        optimizer=make_optimizer(
-            optimizer,
-            learning_rate,
-            num_train_steps,
-            warmup_steps=num_warmup_steps,
-            weight_decay=weight_decay,
-        ),
-        jit_compile=jit_compile,
+    optimizer_instance = make_optimizer(
+        optimizer,
+        learning_rate,
+        num_train_steps,
+        warmup_steps=num_warmup_steps,
+        weight_decay=weight_decay,
     )
+    if keras.dtype_policies.get(dtype or keras.config.dtype_policy()).name == "mixed_float16":
+        # float16 gradients underflow without loss scaling; Keras only adds it
+        # by itself when the model's own policy (not its layers') is float16.
+        optimizer_instance = keras.optimizers.LossScaleOptimizer(optimizer_instance)
+    model.compile(optimizer=optimizer_instance, jit_compile=jit_compile)
     if verbose == "auto":
         verbose = 1 if sys.stdout.isatty() else 2
     logger = _WindowLogger(features["token_ids"].shape[0] or batch_size, seq_len)
-    # Windows of log_every steps, then one shorter window for the remainder.
-    windows = [(num_train_steps // log_every, log_every), (1, num_train_steps % log_every)]
+    callbacks = [logger, _tensorboard(os.path.join(out, LOGS_FOLDER))]
+    done_windows = 0
+    if checkpoint_every is not None:
+        done_windows, logger.windows = _AtomicBackup.restore_point(backup_dir)
+        logger.step = done_windows * log_every
+        if not model.built:  # BackupAndRestore restores into built models only
+            model(next(iter(train.take(1)))[0])
+        callbacks.append(_AtomicBackup(backup_dir, logger))
+    # Windows of log_every steps (Keras epochs), then one shorter window for
+    # the remainder. Each fit() starts its data where the steps before left
+    # it, so an interrupted run skips exactly the batches it consumed.
+    full_windows, remainder = divmod(num_train_steps, log_every)
     start = time.perf_counter()
-    for epochs, steps in windows:
-        if epochs and steps:
-            model.fit(
-                train,
-                epochs=epochs,
-                steps_per_epoch=steps,
-                validation_data=evaluation,
-                validation_steps=eval_steps if evaluation is not None else None,
-                callbacks=[logger],
-                shuffle=False,  # the dataset shuffles itself
-                verbose=verbose,
-            )
+    if full_windows:
+        model.fit(
+            train.skip(done_windows * log_every),
+            epochs=full_windows,
+            steps_per_epoch=log_every,
+            validation_data=evaluation,
+            validation_steps=eval_steps if evaluation is not None else None,
+            callbacks=callbacks,
+            shuffle=False,  # the dataset shuffles itself
+            verbose=verbose,
+        )
+    if remainder:
+        model.fit(
+            train.skip(full_windows * log_every),
+            initial_epoch=full_windows,
+            epochs=full_windows + 1,
+            steps_per_epoch=remainder,
+            validation_data=evaluation,
+            validation_steps=eval_steps if evaluation is not None else None,
+            callbacks=[logger, callbacks[1]],
+            shuffle=False,
+            verbose=verbose,
+        )
     train_seconds = time.perf_counter() - start
 
     # The first window includes XLA compilation; leave it out when there are others.
@@ -212,6 +376,8 @@ def pretrain(
             "jit_compile": jit_compile,
             "dtype": dtype,
             "seed": seed,
+            "checkpoint_every": checkpoint_every,
+            "deterministic": deterministic,
             "backend": keras.backend.backend(),
         },
         "windows": logger.windows,
@@ -228,9 +394,8 @@ def pretrain(
         except ValueError:
             pass
 
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".kbert-", dir=parent)
+    os.makedirs(out, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".kbert-", dir=out)
     try:
         save_hf_checkpoint(
             model.encoder,
@@ -242,11 +407,14 @@ def pretrain(
         model.save_weights(os.path.join(staging, WEIGHTS_FILE))
         with open(os.path.join(staging, HISTORY_FILE), "w") as f:
             json.dump(history, f, indent=2, default=str)
-        if os.path.exists(out):
-            os.rmdir(out)
-        os.rename(staging, out)
-    except BaseException:
+        # history.json last: its presence marks a complete run.
+        for name in (ENCODER_FOLDER, WEIGHTS_FILE, HISTORY_FILE):
+            target = os.path.join(out, name)
+            if os.path.isdir(target):
+                shutil.rmtree(target)
+            os.replace(os.path.join(staging, name), target)
+    finally:
         shutil.rmtree(staging, ignore_errors=True)
-        raise
+    shutil.rmtree(backup_dir, ignore_errors=True)
     return history
 

@@ -1,0 +1,158 @@
+"""`kbert vocab`, `kbert pretraining-data` and `kbert pretrain`, with a resume after SIGKILL."""
+
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from kbert.cli import main
+from kbert.pretraining.train import BACKUP_FOLDER, HISTORY_FILE, LOGS_FOLDER, WEIGHTS_FILE
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN_CSV = os.path.join(ROOT, "data", "debian-packages", "train.csv")
+# A few hundred package descriptions: enough for a ~200-piece vocabulary.
+NUM_DESCRIPTIONS = 300
+TINY_CONFIG = {
+    "hidden_size": 16,
+    "num_layers": 2,
+    "num_heads": 2,
+    "intermediate_size": 32,
+    "max_position_embeddings": 64,
+}
+# Bounds the wait for the first checkpoint of the run that gets killed.
+CHECKPOINT_TIMEOUT_S = 240
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    """(folder, config json) for a tiny corpus; vocab and records made through the CLI."""
+    if not os.path.isfile(TRAIN_CSV):
+        pytest.skip(f"{TRAIN_CSV} is not in this checkout")
+    folder = tmp_path_factory.mktemp("pretrain")
+    corpus = folder / "corpus.txt"
+    with open(TRAIN_CSV, newline="", encoding="utf-8") as f:
+        rows = [row["text"] for _, row in zip(range(NUM_DESCRIPTIONS), csv.DictReader(f))]
+    # One sentence per line, a blank line between descriptions (documents).
+    corpus.write_text(
+        "\n\n".join("\n".join(re.split(r"(?<=[.!?])\s+", text.strip())) for text in rows) + "\n"
+    )
+    vocab = folder / "vocab.txt"
+    assert main(["vocab", "--corpus", str(corpus), "--size", "200", "--min-count", "2",
+                 "--out", str(vocab)]) == 0
+    tokens = vocab.read_text().split("\n")[:-1]
+    assert 150 <= len(tokens) <= 200 and tokens[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    out = folder / "records"
+    assert main([
+        "pretraining-data", "--corpus", str(corpus), "--vocab", str(vocab), "--out", str(out),
+        "--max-seq-length", "32", "--max-predictions-per-seq", "5", "--dupe-factor", "2",
+        "--num-shards", "2", "--workers", "1",
+    ]) == 0
+    metadata = json.loads((out / "pretraining_data.json").read_text())
+    assert metadata["max_seq_length"] == 32 and metadata["num_instances"] > 100
+    config = folder / "config.json"
+    config.write_text(json.dumps(TINY_CONFIG))
+    return out, config
+
+
+def pretrain_command(records, config, out):
+    # 12 steps of 8, a checkpoint every 4; no XLA: compiling would dominate.
+    return [
+        sys.executable, "-m", "kbert.cli", "pretrain", "--records", str(records),
+        "--config", str(config), "--steps", "12", "--checkpoint-every", "4",
+        "--batch-size", "8", "--seq-len", "32", "--lr", "1e-2", "--no-jit",
+        "--deterministic", "--seed", "7", "--out", str(out),
+    ]
+
+
+def start(command):
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def finish(process):
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output[-3000:]
+    return output
+
+
+def weights(path):
+    """Every array in a Keras weights file (model and optimizer state) by its path."""
+    arrays = {}
+
+    def add(name, item):
+        if isinstance(item, h5py.Dataset):
+            arrays[name] = item[()]
+
+    with h5py.File(path, "r") as f:
+        f.visititems(add)
+    return arrays
+
+
+@pytest.mark.slow
+def test_pretrain_resumes_after_sigkill_with_the_same_weights(records, tmp_path):
+    records, config = records
+    uninterrupted, resumed = tmp_path / "uninterrupted", tmp_path / "resumed"
+    # The uninterrupted run and the run to kill share the two cores.
+    reference = start(pretrain_command(records, config, uninterrupted))
+    victim = start(pretrain_command(records, config, resumed))
+    checkpoint = resumed / BACKUP_FOLDER / "latest" / "windows.json"
+    deadline = time.monotonic() + CHECKPOINT_TIMEOUT_S
+    while not checkpoint.exists() and victim.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate()
+    assert victim.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    assert checkpoint.exists() and not (resumed / HISTORY_FILE).exists()
+    steps_done = 4 * json.loads(
+        (resumed / BACKUP_FOLDER / "latest" / "training_metadata.json").read_text()
+    )["epoch"]
+    assert steps_done in (4, 8)
+
+    output = finish(start(pretrain_command(records, config, resumed)))
+    finish(reference)
+    # Resumed at a checkpoint: fewer than the 3 windows of 4 steps were run again.
+    assert output.count("Epoch ") < 3, output
+    assert not (resumed / BACKUP_FOLDER).exists()
+    history = json.loads((resumed / HISTORY_FILE).read_text())
+    expected_history = json.loads((uninterrupted / HISTORY_FILE).read_text())
+    assert [w["step"] for w in history["windows"]] == [4, 8, 12]
+    assert history["windows"][-1]["loss"] == pytest.approx(
+        expected_history["windows"][-1]["loss"], abs=1e-6
+    )
+    # Op determinism on: the same weights, optimizer moments and step counter,
+    # bit for bit (tolerance 0).
+    expected, actual = weights(uninterrupted / WEIGHTS_FILE), weights(resumed / WEIGHTS_FILE)
+    assert sorted(actual) == sorted(expected) and any("optimizer" in name for name in actual)
+    for name, value in expected.items():
+        np.testing.assert_allclose(actual[name], value, rtol=0, atol=0, err_msg=name)
+    assert os.listdir(resumed / LOGS_FOLDER / "train")
+
+
+def test_cli_errors_are_one_line(records, tmp_path, capsys):
+    records, config = records
+    assert main([
+        "pretrain", "--records", str(records), "--config", str(config), "--steps", "2",
+        "--vocab", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "run"),
+    ]) == 2
+    assert capsys.readouterr().err.strip().count("\n") == 0
+    assert main([
+        "pretrain", "--records", str(records), "--config", str(config), "--steps", "2",
+        "--seq-len", "64", "--out", str(tmp_path / "run"),
+    ]) == 2
+    assert "seq_len=64" in capsys.readouterr().err
+    assert main(["vocab", "--corpus", str(tmp_path / "none.txt"), "--size", "3",
+                 "--out", str(tmp_path / "v.txt")]) == 2
+    with pytest.raises(SystemExit) as exit_info:
+        main(["pretrain", "--records", "r", "--corpus", "c", "--config", "x", "--steps", "1",
+              "--out", "o"])
+    assert exit_info.value.code == 2
