@@ -1,0 +1,182 @@
+"""The `kbert` command line end to end, on a tiny model, plus its bad-input errors."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from kbert.checkpoints import resolve_checkpoint
+from kbert.cli import main
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "data", "debian-packages")
+LABELS = ("games", "mail", "math")
+
+
+def write_csv(path, rows, header=("text", "label")):
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        if header:
+            writer.writerow(header)
+        writer.writerows(rows)
+    return str(path)
+
+
+def subset(split, per_label):
+    """The first `per_label` rows of each of three labels from the shipped data."""
+    counts = {label: 0 for label in LABELS}
+    rows = []
+    with open(os.path.join(DATA, f"{split}.csv"), newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            if row["label"] in counts and counts[row["label"]] < per_label:
+                counts[row["label"]] += 1
+                rows.append((row["text"], row["label"]))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("cli")
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return os.path.join(resolve_checkpoint("all-minilm-l6-v2"), "vocab.txt")
+
+
+@pytest.fixture(scope="module")
+def trained(workdir, vocab):
+    """A tiny model fine-tuned through the CLI with XLA and mixed_bfloat16."""
+    train = write_csv(workdir / "train.csv", subset("train", 16))
+    dev = write_csv(workdir / "dev.csv", subset("dev", 6))
+    out = str(workdir / "model")
+    code = main([
+        "finetune", "--train", train, "--dev", dev, "--init", "bert_tiny", "--vocab", vocab,
+        "--seq-len", "32", "--batch-size", "8", "--epochs", "2", "--lr", "1e-3",
+        "--xla", "--dtype", "mixed_bfloat16", "--out", out,
+    ])
+    assert code == 0
+    return {"train": train, "dev": dev, "model": out}
+
+
+def test_finetune_writes_model_folder(trained):
+    files = sorted(os.listdir(trained["model"]))
+    assert files == ["kbert.json", "labels.json", "metrics.json", "model.keras", "vocab.txt"]
+    with open(os.path.join(trained["model"], "metrics.json")) as f:
+        metrics = json.load(f)
+    assert set(metrics["per_class_f1"]) == set(LABELS)
+    assert 0.0 <= metrics["accuracy"] <= 1.0 and metrics["n"] == 18
+    assert metrics["training_curve"] and len(metrics["history"]["loss"]) == 2
+    # No staging folder left beside the output.
+    assert not [n for n in os.listdir(os.path.dirname(trained["model"])) if n.startswith(".kbert")]
+
+
+def test_evaluate_matches_metrics_json(trained, capsys):
+    assert main(["evaluate", "--model", trained["model"], "--data", trained["dev"]]) == 0
+    result = json.loads(capsys.readouterr().out)
+    with open(os.path.join(trained["model"], "metrics.json")) as f:
+        metrics = json.load(f)
+    assert result["n"] == 18
+    assert result["accuracy"] == pytest.approx(metrics["accuracy"])
+    assert result["macro_f1"] == pytest.approx(metrics["macro_f1"])
+
+
+def test_predict_texts_and_file(trained, workdir, capsys):
+    assert main(["predict", "--model", trained["model"], "A chess game.", "An IMAP server."]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [row["text"] for row in rows] == ["A chess game.", "An IMAP server."]
+    for row in rows:
+        assert row["label"] in LABELS
+        assert sum(row["scores"].values()) == pytest.approx(1.0, abs=1e-5)
+        assert row["label"] == max(row["scores"], key=row["scores"].get)
+    (workdir / "in.txt").write_text("one\ntwo\nthree\n")
+    assert main(["predict", "--model", trained["model"], "--input", str(workdir / "in.txt")]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3
+
+
+def test_embed_from_finetuned_model(trained, workdir):
+    (workdir / "texts.json").write_text(json.dumps(["a game", "", "mail server"]))
+    out = workdir / "emb.npy"
+    assert main(["embed", "--model", trained["model"], "--input", str(workdir / "texts.json"),
+                 "--output", str(out)]) == 0
+    embeddings = np.load(out)
+    assert embeddings.shape == (3, 128)
+    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=-1), 1.0, atol=1e-5)
+
+
+def test_embed_from_packaged_checkpoint_matches_reference(workdir):
+    reference_dir = os.path.join(os.path.dirname(__file__), "data", "minilm_reference")
+    sentences = os.path.join(reference_dir, "sentences.json")
+    out = workdir / "minilm.npy"
+    assert main(["embed", "--model", "all-minilm-l6-v2", "--input", sentences,
+                 "--output", str(out)]) == 0
+    expected = np.load(os.path.join(reference_dir, "minilm_reference.npz"))["sentence_embeddings"]
+    assert np.sum(np.load(out) * expected, axis=-1).min() >= 0.99999
+
+
+def test_tokenize(vocab, capsys):
+    assert main(["tokenize", "--vocab", vocab, "BERT is a bidirectional transformer encoder."]) == 0
+    ids = json.loads(capsys.readouterr().out)
+    # The Hugging Face tokenizer's ids for this string (tests/data/minilm_reference).
+    assert ids == [101, 14324, 2003, 1037, 7226, 7442, 7542, 2389, 10938, 2121, 4372, 16044, 2099, 1012, 102]
+
+
+def error_of(argv, capsys):
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("kbert: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_bad_inputs_give_one_line_errors(trained, workdir, vocab, capsys):
+    base = ["finetune", "--init", "bert_tiny", "--vocab", vocab, "--out", str(workdir / "bad")]
+    err = error_of(base + ["--train", str(workdir / "missing.csv"), "--dev", trained["dev"]], capsys)
+    assert "missing.csv: no such file" in err
+    empty = write_csv(workdir / "empty.csv", [], header=None)
+    assert "is empty" in error_of(base + ["--train", empty, "--dev", trained["dev"]], capsys)
+    header_only = write_csv(workdir / "header.csv", [])
+    assert "no rows" in error_of(base + ["--train", header_only, "--dev", trained["dev"]], capsys)
+    err = error_of(base + ["--train", trained["train"], "--dev", trained["dev"], "--label-column", "topic"], capsys)
+    assert "no column 'topic'" in err
+    assert not os.path.exists(workdir / "bad")
+
+    unknown = write_csv(workdir / "unknown.csv", [("a text", "cooking")])
+    err = error_of(["evaluate", "--model", trained["model"], "--data", unknown], capsys)
+    assert "['cooking']" in err
+    err = error_of(["evaluate", "--model", str(workdir / "nomodel"), "--data", trained["dev"]], capsys)
+    assert "no such model folder" in err
+    err = error_of(["predict", "--model", trained["model"]], capsys)
+    assert "TEXT arguments or --input" in err
+    err = error_of(["embed", "--model", trained["model"], "--input", trained["dev"],
+                    "--output", str(workdir / "x.txt")], capsys)
+    assert "expected a .npy" in err
+
+
+def test_corrupt_model_folder(trained, workdir, capsys):
+    broken = workdir / "broken"
+    broken.mkdir()
+    for name in os.listdir(trained["model"]):
+        (broken / name).write_bytes(open(os.path.join(trained["model"], name), "rb").read())
+    (broken / "model.keras").write_bytes(b"not a zip")
+    assert "could not be loaded" in error_of(
+        ["evaluate", "--model", str(broken), "--data", trained["dev"]], capsys
+    )
+
+
+def test_console_script_exit_status(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "kbert.cli", "evaluate", "--model", str(tmp_path / "none"),
+         "--data", str(tmp_path / "none.csv")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("kbert: error: ")
+    assert "Traceback" not in result.stderr
+    help_result = subprocess.run(
+        [sys.executable, "-m", "kbert.cli", "finetune", "--help"], capture_output=True, text=True
+    )
+    assert help_result.returncode == 0 and "--init" in help_result.stdout
