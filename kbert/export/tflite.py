@@ -1,7 +1,9 @@
 """TFLite (LiteRT) classifiers: token ids of a fixed length in, builtin ops only.
 
 The Keras model goes through `keras.export.ExportArchive` into a SavedModel
-with one endpoint on `(1, sequence_length)` int32 inputs, which
+with one endpoint on `(1, sequence_length)` int32 inputs, traced from
+`kbert.export.graph.classifier_logits(..., target="tflite")` (the Keras
+model's variables, quantization-friendly op forms), which
 `tf.lite.TFLiteConverter` converts once per quantization:
 
 | quantization | converter settings | stored | computed |
@@ -27,6 +29,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from kbert.export.graph import classifier_logits
 from kbert.export.options import SUPPORTED
 from kbert.models.encoder import ENCODER_INPUTS
 
@@ -50,7 +53,7 @@ def write_token_source(model, sequence_length, folder):
     archive.track(model)
     archive.add_endpoint(
         ENDPOINT,
-        lambda features: {"logits": model(features, training=False)},
+        lambda features: {"logits": classifier_logits(model, features, target="tflite")},
         input_signature=[
             {name: tf.TensorSpec([1, sequence_length], tf.int32, name=name) for name in ENCODER_INPUTS}
         ],
@@ -83,8 +86,10 @@ def convert_tokens(source, quantization, calibration=None):
         raise ValueError(f"quantization={quantization!r} needs calibration examples; got none")
     converter.representative_dataset = _representative_dataset(calibration)
     if quantization == "16x8":
+        # The mask's int32 -> float32 Cast has no 16x8 kernel and stays float.
         converter.target_spec.supported_ops = [
-            tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+            tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8,
+            tf.lite.OpsSet.TFLITE_BUILTINS,
         ]
         return converter.convert()
     return _convert_int8(converter, converter.representative_dataset)
@@ -132,7 +137,7 @@ def write_text_source(finetuned, folder):
             "segment_ids": tf.zeros([1, length], tf.int32),
             "padding_mask": tf.reshape(mask, [1, length]),
         }
-        return {"logits": model(features, training=False)}
+        return {"logits": classifier_logits(model, features, target="tflite")}
 
     archive = keras.export.ExportArchive()
     archive.track(model)
