@@ -375,6 +375,7 @@ def pretrain(
             "seq_len": seq_len,
             "jit_compile": jit_compile,
             "dtype": dtype,
+            "loss_scaling": isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer),
             "seed": seed,
             "checkpoint_every": checkpoint_every,
             "deterministic": deterministic,
