@@ -195,6 +195,10 @@ def cmd_pretrain(args):
 
     if bool(args.records) == bool(args.corpus):
         raise CliError("give either --records or --corpus")
+    if args.corpus and args.deterministic:
+        # tf-text's RandomItemSelector draws masks with unseeded random ops,
+        # which TensorFlow's op determinism refuses.
+        raise CliError("--deterministic needs --records: masking --corpus on the fly is not")
     vocab = args.vocab
     lowercase = not args.cased
     if args.records and os.path.isdir(args.records):

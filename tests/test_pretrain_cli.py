@@ -150,6 +150,11 @@ def test_cli_errors_are_one_line(records, tmp_path, capsys):
         "--seq-len", "64", "--out", str(tmp_path / "run"),
     ]) == 2
     assert "seq_len=64" in capsys.readouterr().err
+    assert main([
+        "pretrain", "--corpus", str(tmp_path / "c.txt"), "--config", str(config), "--steps", "2",
+        "--deterministic", "--out", str(tmp_path / "run"),
+    ]) == 2
+    assert "--deterministic needs --records" in capsys.readouterr().err
     assert main(["vocab", "--corpus", str(tmp_path / "none.txt"), "--size", "3",
                  "--out", str(tmp_path / "v.txt")]) == 2
     with pytest.raises(SystemExit) as exit_info:
