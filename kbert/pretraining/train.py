@@ -286,8 +286,12 @@ def pretrain(
     if num_warmup_steps is None:
         num_warmup_steps = int(DEFAULT_WARMUP_FRACTION * num_train_steps)
     backup_dir = os.path.join(out, BACKUP_FOLDER)
-    resuming = checkpoint_every is not None and os.path.isdir(backup_dir)
-    if os.path.exists(out) and os.listdir(out) and not resuming:
+    found = set(os.listdir(out)) if os.path.isdir(out) else set()
+    if checkpoint_every is not None:
+        # What a killed run leaves: rerunning resumes it (or restarts it,
+        # killed before its first checkpoint).
+        found -= {LOGS_FOLDER, BACKUP_FOLDER}
+    if found:
         raise ValueError(f"{out} exists and is not empty; choose a new folder")
     if isinstance(vocabulary, (str, os.PathLike)):
         vocabulary = load_vocab(vocabulary)
