@@ -2,19 +2,31 @@
 
 The model code (`kbert.config`, `kbert.layers`, `kbert.models`) uses `keras.ops`
 only and runs on any Keras backend; text preprocessing (`kbert.text`) is
-TensorFlow and is imported on demand.
+TensorFlow. The names below load on first use, so `import kbert` (and the
+`kbert` command's `--help`) does not import Keras or TensorFlow.
 """
 
-from kbert.config import PRESETS, BertConfig, register_preset
-from kbert.models import bert_classifier, bert_embedder, bert_encoder
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "PRESETS",
-    "BertConfig",
-    "bert_classifier",
-    "bert_embedder",
-    "bert_encoder",
-    "register_preset",
-]
+_EXPORTS = {
+    "PRESETS": "kbert.config",
+    "BertConfig": "kbert.config",
+    "register_preset": "kbert.config",
+    "bert_classifier": "kbert.models",
+    "bert_embedder": "kbert.models",
+    "bert_encoder": "kbert.models",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'kbert' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)
