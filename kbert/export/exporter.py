@@ -251,7 +251,7 @@ def _export(finetuned, folder, scratch, name, plan, texts, label_ids, calibratio
                 text_latency=text_latency,
                 signatures=[savedmodel.TEXT_SIGNATURE, savedmodel.TOKENS_SIGNATURE],
             )
-            request, response = savedmodel.rest_predict_example(loaded, texts[:REST_EXAMPLE_TEXTS])
+            request, response = savedmodel.rest_predict_example(loaded, rest_example_texts(texts))
             with open(os.path.join(folder, "rest_example.json"), "w", encoding="utf-8") as f:
                 json.dump({"request": json.loads(request), "response": json.loads(response)}, f, indent=2, ensure_ascii=False)
             with open(os.path.join(folder, "rest_example.md"), "w", encoding="utf-8") as f:
@@ -326,6 +326,11 @@ def _export(finetuned, folder, scratch, name, plan, texts, label_ids, calibratio
         ),
         "passed": all(entry["passed"] for entry in entries),
     }
+
+
+def rest_example_texts(texts):
+    """The first sentence of the first `REST_EXAMPLE_TEXTS` texts: short enough for a README."""
+    return [text.split(". ")[0].rstrip(".") + "." for text in texts[:REST_EXAMPLE_TEXTS]]
 
 
 def _features(finetuned, texts):

@@ -57,8 +57,10 @@ class ServingModule(tf.Module):
 
     def __init__(self, finetuned, vocab_file, labels_file):
         super().__init__(name="kbert_serving")
-        self.model = finetuned.model
-        self.preprocessor = finetuned.preprocessor
+        model, preprocessor = finetuned.model, finetuned.preprocessor
+        # The weights alone: tracking the Keras model would also save the
+        # optimizer's slots a compiled model carries (twice the weights' size).
+        self.model_variables = [weight.value for weight in model.weights]
         self.vocabulary_file = tf.saved_model.Asset(vocab_file)
         self.labels = tf.lookup.StaticHashTable(
             tf.lookup.TextFileInitializer(
@@ -70,26 +72,26 @@ class ServingModule(tf.Module):
             ),
             default_value="",
         )
+        labels = self.labels
 
-    def _outputs(self, features):
-        logits = classifier_logits(self.model, features)
-        return {
-            "scores": tf.nn.softmax(logits, axis=-1),
-            "label": self.labels.lookup(tf.argmax(logits, axis=-1)),
-            "logits": logits,
-        }
+        def outputs(features):
+            logits = classifier_logits(model, features)
+            return {
+                "scores": tf.nn.softmax(logits, axis=-1),
+                "label": labels.lookup(tf.argmax(logits, axis=-1)),
+                "logits": logits,
+            }
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=TEXT_INPUT)])
-    def serve_text(self, text):
-        return self._outputs(self.preprocessor(text))
-
-    @tf.function(
-        input_signature=[
-            {name: tf.TensorSpec([None, None], tf.int32, name=name) for name in ENCODER_INPUTS}
-        ]
-    )
-    def serve_tokens(self, features):
-        return self._outputs(features)
+        self.serve_text = tf.function(
+            lambda text: outputs(preprocessor(text)),
+            input_signature=[tf.TensorSpec([None], tf.string, name=TEXT_INPUT)],
+        )
+        self.serve_tokens = tf.function(
+            outputs,
+            input_signature=[
+                {name: tf.TensorSpec([None, None], tf.int32, name=name) for name in ENCODER_INPUTS}
+            ],
+        )
 
 
 def export_savedmodel(finetuned, folder, name, warmup_texts, staging):
