@@ -1,0 +1,528 @@
+"""A classifier `.tflite` that MediaPipe's `TextClassifier` runs on raw text.
+
+MediaPipe (and the TFLite Task Library's `BertNLClassifier`) tokenize the text
+themselves and feed a BERT model whose file carries the vocabulary and labels in
+its metadata. What the runtime relies on, and what `check_contract` tests:
+
+| point | why |
+| --- | --- |
+| one subgraph | the task runs subgraph 0 |
+| three int32 inputs of shape `[1, L]`, `L` fixed | an input of dynamic length crashes MediaPipe on texts longer than `L` |
+| metadata names `ids`, `mask`, `segment_ids` on the right tensors | the runtime finds its inputs by these names; a wrong mapping runs without error and gives wrong scores |
+| one float32 output `[1, N]` holding probabilities | the runtime reports the output as scores, applying no softmax |
+| labels packed in output order | category `i` is named by line `i` |
+| `[PAD]` is id 0 in the packed vocabulary | the runtime pads with id 0 |
+| output metadata named `score` (MediaPipe) or `probability` (Task Library) | `BertNLClassifier` 0.4.4 looks the output up by the name `probability`, and crashes (SIGSEGV) on MediaPipe's `score`; MediaPipe runs either |
+
+The metadata is written by MediaPipe's (or tflite-support's) own writer, in an
+environment of its own (`kbert.export.mediapipe_env`).
+
+Example:
+>>> from kbert.training.finetune import FinetunedModel
+>>> finetuned = FinetunedModel.load("runs/debian-minilm")  # doctest: +SKIP
+>>> write_text_classifier(finetuned.model, finetuned.vocabulary, finetuned.labels, 128,
+...                       {"mediapipe": "saved_models/text_classifier.tflite"})  # doctest: +SKIP
+"""
+
+import os
+import tempfile
+import zipfile
+
+import keras
+import numpy as np
+import tensorflow as tf
+from ai_edge_litert import schema_py_generated as tflite_schema
+from ai_edge_litert.interpreter import Interpreter
+
+from kbert.export import mediapipe_env, tflite
+from kbert.export.graph import classifier_encoder, classifier_logits
+from kbert.export.mediapipe_worker import LABELS_NAME, VOCAB_NAME
+from kbert.models.encoder import ENCODER_INPUTS
+from kbert.text import BertPreprocessor, WordPieceTokenizer
+
+# The metadata name of each kbert input; MediaPipe's BERT preprocessor and the
+# Task Library find their inputs by these names.
+METADATA_INPUT_NAMES = {"token_ids": "ids", "padding_mask": "mask", "segment_ids": "segment_ids"}
+# The output's metadata name each runtime's writer gives (see the table above).
+OUTPUT_METADATA_NAMES = {"mediapipe": "score", "task_library": "probability"}
+RUNTIMES = tuple(OUTPUT_METADATA_NAMES)
+# File names in an export folder and in the Android app's assets.
+MEDIAPIPE_FILE = "text_classifier.tflite"
+TASK_LIBRARY_FILE = "bert_nl_classifier.tflite"
+LABELS_FILE = LABELS_NAME
+# The runtimes pad with id 0, so the vocabulary must hold [PAD] there.
+PAD_TOKEN = "[PAD]"
+# Probabilities from the LiteRT interpreter, MediaPipe and the Task Library
+# match Keras's to float32 rounding on the same token ids (measured 3e-8 on the
+# tests' tiny model); a sum of probabilities is 1 to as much.
+PROBABILITY_TOLERANCE = 1e-5
+# The signature output; MediaPipe reads the tensor by the metadata, not by this.
+_OUTPUT_NAME = "probabilities"
+_WORKER_COMMANDS = {
+    "mediapipe": ("write_mediapipe", "classify_mediapipe", mediapipe_env.MEDIAPIPE),
+    "task_library": ("write_task_library", "classify_task_library", mediapipe_env.TFLITE_SUPPORT),
+}
+
+
+def write_text_classifier(model, vocabulary, labels, sequence_length, paths, cache_dir=None):
+    """Writes `model` as `.tflite` files with a softmax and each runtime's metadata.
+
+    Args:
+        model: keras.Model. A `bert_classifier` (token ids -> logits).
+        vocabulary: list of str. The WordPiece vocabulary, `[PAD]` first.
+        labels: list of str. Class names in output order.
+        sequence_length: int. The fixed input length `L`.
+        paths: dict. Runtime -> file to write (written aside, then renamed into
+            place): "mediapipe" (MediaPipe's writer, for `TextClassifier`) and/or
+            "task_library" (tflite-support's writer, for `BertNLClassifier`). The
+            model is converted once for all of them.
+        cache_dir: str. Where the writers' environments live (see
+            `mediapipe_env.ensure_environment`).
+
+    Returns:
+        dict. Runtime -> the file's contract, as `check_contract` read it back.
+    """
+    unknown = sorted(set(paths) - set(RUNTIMES))
+    if unknown or not paths:
+        raise ValueError(f"paths for runtimes {sorted(paths)}; expected some of {list(RUNTIMES)}")
+    _check_vocabulary(vocabulary)
+    _check_labels(labels, model.output.shape[-1])
+    content = probability_tflite(model, sequence_length)
+    contracts = {}
+    for runtime, path in paths.items():
+        _write_with_metadata(content, vocabulary, labels, path, runtime, cache_dir)
+        contracts[runtime] = check_contract(
+            path, vocabulary, labels, sequence_length, runtime, cache_dir
+        )
+    return contracts
+
+
+def probability_tflite(model, sequence_length):
+    """The plain `.tflite` (no metadata) of `model` with a softmax on top.
+
+    Float32, builtin ops only, fixed `(1, sequence_length)` int32 inputs. The
+    forward pass is `kbert.export.graph.classifier_logits(target="tflite")`,
+    the one `kbert export` converts, which reads the variables as float32 (so
+    a model trained under mixed precision exports in float32 too).
+    """
+    _check_sequence_length(sequence_length)
+    classifier_encoder(model)  # a ValueError for a model that is not a classifier
+    return _to_tflite(
+        lambda features: tf.nn.softmax(classifier_logits(model, features, target="tflite"), -1),
+        sequence_length,
+        tracked=model,
+    )
+
+
+def check_contract(path, vocabulary, labels, sequence_length, runtime="mediapipe", cache_dir=None):
+    """Reads `path` back and raises `ValueError` listing every broken point.
+
+    Checks each row of the module's table against the file: the LiteRT
+    interpreter for tensors, MediaPipe's `MetadataDisplayer` for the metadata,
+    the packed files for vocabulary and labels, and two inputs run through the
+    interpreter for probabilities.
+
+    Returns:
+        dict. `read_contract(path)`.
+    """
+    contract = read_contract(path, cache_dir)
+    problems = contract_problems(contract, vocabulary, labels, sequence_length, runtime)
+    if not problems:
+        problems = probability_problems(path, len(vocabulary), sequence_length)
+    if problems:
+        raise ValueError(f"{path} breaks the {runtime} contract:\n- " + "\n- ".join(problems))
+    return contract
+
+
+def contract_problems(contract, vocabulary, labels, sequence_length, runtime="mediapipe"):
+    """What in `contract` (from `read_contract`) breaks the table; list of str."""
+    if runtime not in RUNTIMES:
+        raise ValueError(f"runtime={runtime!r}; expected one of {list(RUNTIMES)}")
+    problems = []
+    if contract["subgraphs"] != 1:
+        problems.append(f"{contract['subgraphs']} subgraphs; expected 1")
+    inputs = contract["inputs"]
+    if sorted(str(i["signature_name"]) for i in inputs) != sorted(ENCODER_INPUTS):
+        problems.append(
+            f"inputs {[i['signature_name'] for i in inputs]}; expected {list(ENCODER_INPUTS)}"
+        )
+    for tensor in inputs:
+        name = tensor["signature_name"]
+        expected = METADATA_INPUT_NAMES.get(name)
+        if tensor["metadata_name"] != expected:
+            problems.append(
+                f"input {name!r} is named {tensor['metadata_name']!r} in the metadata; "
+                f"expected {expected!r}"
+            )
+        if tensor["dtype"] != "int32":
+            problems.append(f"input {name!r} is {tensor['dtype']}; expected int32")
+        for key in ("shape", "shape_signature"):
+            if tensor[key] != [1, sequence_length]:
+                problems.append(
+                    f"input {name!r} has {key} {tensor[key]}; expected [1, {sequence_length}]"
+                )
+    outputs = contract["outputs"]
+    if len(outputs) != 1:
+        problems.append(f"{len(outputs)} outputs; expected 1")
+    for tensor in outputs:
+        if tensor["dtype"] != "float32":
+            problems.append(f"output is {tensor['dtype']}; expected float32")
+        for key in ("shape", "shape_signature"):
+            if tensor[key] != [1, len(labels)]:
+                problems.append(f"output has {key} {tensor[key]}; expected [1, {len(labels)}]")
+        if tensor["metadata_name"] != OUTPUT_METADATA_NAMES[runtime]:
+            problems.append(
+                f"output is named {tensor['metadata_name']!r} in the metadata; "
+                f"{runtime} expects {OUTPUT_METADATA_NAMES[runtime]!r}"
+            )
+    if contract["tokenizer"] != "BertTokenizerOptions":
+        problems.append(
+            f"input process unit {contract['tokenizer']!r}; expected BertTokenizerOptions"
+        )
+    if contract["vocabulary"][:1] != [PAD_TOKEN]:
+        problems.append(
+            f"the packed vocabulary starts {contract['vocabulary'][:1]}; expected [{PAD_TOKEN!r}]"
+        )
+    if contract["vocabulary"] != list(vocabulary):
+        problems.append("the packed vocabulary differs from the model's")
+    if contract["labels"] != list(labels):
+        problems.append(f"packed labels {contract['labels']}; expected {list(labels)}")
+    return problems
+
+
+def probability_problems(path, vocab_size, sequence_length):
+    """Runs a padded and a random full input through `path` with the LiteRT
+    interpreter; each output row must be a probability distribution."""
+    rng = np.random.default_rng(0)
+    full = rng.integers(1, vocab_size, (1, sequence_length)).astype("int32")
+    short = np.where(np.arange(sequence_length) < 3, full, 0).astype("int32")
+    problems = []
+    for ids in (short, full):
+        features = {
+            "token_ids": ids,
+            "padding_mask": (ids != 0).astype("int32"),
+            "segment_ids": np.zeros_like(ids),
+        }
+        row = _interpreter_scores(path, features)[0]
+        if row.min() < 0 or row.max() > 1 or abs(row.sum() - 1) > PROBABILITY_TOLERANCE:
+            problems.append(
+                f"output {np.round(row, 4).tolist()} is not a probability distribution "
+                "(no softmax in the model?)"
+            )
+    return problems
+
+
+def read_contract(path, cache_dir=None):
+    """What a runtime sees in `path`: tensors, metadata names, packed files.
+
+    Returns:
+        dict with `subgraphs`; `inputs` (in subgraph order) and `outputs`, each a
+        list of dicts `signature_name`, `tensor_name`, `metadata_name`, `dtype`,
+        `shape`, `shape_signature`; `tokenizer` (the input process unit);
+        `associated_files`; `vocabulary` and `labels` (the packed files' lines).
+    """
+    with open(path, "rb") as f:
+        content = f.read()
+    flatbuffer = tflite_schema.Model.GetRootAs(content, 0)
+    interpreter = Interpreter(model_content=content)
+    signature = interpreter.get_signature_runner()
+    signature_names = {
+        tensor["index"]: name
+        for side in (signature.get_input_details(), signature.get_output_details())
+        for name, tensor in side.items()
+    }
+    metadata = mediapipe_env.run_worker(
+        mediapipe_env.MEDIAPIPE, "read_metadata", {"model": os.path.abspath(path)}, cache_dir
+    )
+    subgraph = metadata["metadata"]["subgraph_metadata"][0]
+
+    def tensors(details, tensor_metadata):
+        names = [m.get("name") for m in tensor_metadata]
+        names += [None] * (len(details) - len(names))
+        return [
+            {
+                "signature_name": signature_names.get(d["index"]),
+                "tensor_name": d["name"],
+                "metadata_name": name,
+                "dtype": np.dtype(d["dtype"]).name,
+                "shape": d["shape"].tolist(),
+                "shape_signature": d["shape_signature"].tolist(),
+            }
+            for d, name in zip(details, names)
+        ]
+
+    process_units = subgraph.get("input_process_units", [])
+    with zipfile.ZipFile(path) as packed:
+        files = packed.namelist()
+        vocabulary = _lines(packed, VOCAB_NAME) if VOCAB_NAME in files else []
+        labels = _lines(packed, LABELS_NAME) if LABELS_NAME in files else []
+    return {
+        "subgraphs": flatbuffer.SubgraphsLength(),
+        "inputs": tensors(interpreter.get_input_details(), subgraph.get("input_tensor_metadata", [])),
+        "outputs": tensors(interpreter.get_output_details(), subgraph.get("output_tensor_metadata", [])),
+        "tokenizer": process_units[0].get("options_type") if process_units else None,
+        "associated_files": metadata["associated_files"],
+        "vocabulary": vocabulary,
+        "labels": labels,
+    }
+
+
+def classify(path, texts, runtime="mediapipe", cache_dir=None):
+    """Scores of `texts` from the runtime itself: MediaPipe's `TextClassifier` or
+    the Task Library's `BertNLClassifier`.
+
+    Returns:
+        (scores, seconds): float32 `(len(texts), num_classes)` in label order,
+        and the runtime's wall time over all texts.
+    """
+    _, command, spec = _WORKER_COMMANDS[runtime]
+    texts = list(texts)
+    if not texts:
+        raise ValueError("texts is empty; expected at least one text")
+    reply = mediapipe_env.run_worker(
+        spec, command, {"model": os.path.abspath(path), "texts": texts}, cache_dir
+    )
+    return np.asarray(reply["scores"], "float32").reshape(len(texts), -1), reply["seconds"]
+
+
+def mediapipe_token_ids(vocabulary, sequence_length, texts, cache_dir=None):
+    """The inputs MediaPipe's own tokenizer gives the model for each of `texts`.
+
+    MediaPipe does not expose them, so a probe model is written through the
+    same export path as a classifier, with the same metadata, whose "scores"
+    are its three inputs cast to float32 (exact for ids below 2**24), and run
+    by `TextClassifier`.
+
+    Returns:
+        dict of int32 `(len(texts), sequence_length)` arrays keyed like kbert's
+        inputs: `token_ids`, `segment_ids`, `padding_mask`.
+    """
+    texts = list(texts)
+    _check_vocabulary(vocabulary)
+    if len(vocabulary) >= 2**24:
+        raise ValueError(f"{len(vocabulary)} tokens; the probe is exact below 2**24 ids")
+    _check_sequence_length(sequence_length)
+    labels = [str(i) for i in range(len(ENCODER_INPUTS) * sequence_length)]
+    with tempfile.TemporaryDirectory(prefix="kbert-probe-") as tmp:
+        path = os.path.join(tmp, "probe.tflite")
+        _write_with_metadata(
+            _to_tflite(_echo, sequence_length), vocabulary, labels, path, "mediapipe", cache_dir
+        )
+        scores, _ = classify(path, texts, "mediapipe", cache_dir)
+    ids = np.rint(scores).astype("int32").reshape(len(texts), len(ENCODER_INPUTS), sequence_length)
+    return {name: ids[:, i] for i, name in enumerate(ENCODER_INPUTS)}
+
+
+def compare_runtimes(
+    model, vocabulary, labels, lowercase, path, texts, gold=None, task_library_path=None,
+    cache_dir=None,
+):
+    """MediaPipe (and the Task Library) against the Keras model on `texts`.
+
+    The sequence length is the file's. Three sources of disagreement are kept
+    apart: conversion (the LiteRT interpreter on kbert's token ids), MediaPipe's
+    tokenizer (its token ids, read with `mediapipe_token_ids`, against kbert's),
+    and the runtime itself.
+
+    Args:
+        model: keras.Model. The classifier (logits).
+        vocabulary, labels: lists of str.
+        lowercase: bool. kbert's tokenizer setting for this model.
+        path: str. The MediaPipe `.tflite`.
+        texts: list of str.
+        gold: list of str or None. True labels, for accuracies.
+        task_library_path: str or None. The Task Library `.tflite`, if any.
+
+    Returns:
+        dict, JSON-serialisable: see the keys below.
+    """
+    texts = list(texts)
+    contract = read_contract(path, cache_dir)
+    sequence_length = contract["inputs"][0]["shape"][1]
+    preprocessor = BertPreprocessor(
+        WordPieceTokenizer(vocabulary, lowercase=lowercase), sequence_length=sequence_length
+    )
+    kbert_ids = {k: v.numpy() for k, v in preprocessor(tf.constant(texts)).items()}
+    keras_probs = keras.ops.convert_to_numpy(
+        keras.ops.softmax(model.predict(kbert_ids, batch_size=32, verbose=0), axis=-1)
+    )
+    litert_probs = _interpreter_scores(path, kbert_ids)
+    mediapipe_probs, mediapipe_seconds = classify(path, texts, "mediapipe", cache_dir)
+    mediapipe_ids = mediapipe_token_ids(vocabulary, sequence_length, texts, cache_dir)
+
+    ids_differ = np.zeros(len(texts), bool)
+    for name in ENCODER_INPUTS:
+        ids_differ |= np.any(kbert_ids[name] != mediapipe_ids[name], axis=1)
+    keras_top1 = keras_probs.argmax(-1)
+
+    def runtime_figures(probs, seconds=None):
+        top1 = probs.argmax(-1)
+        disagree = top1 != keras_top1
+        figures = {
+            "top1_agreement_with_keras": float(np.mean(~disagree)),
+            "top1_disagreements": int(disagree.sum()),
+            "top1_disagreements_where_token_ids_differ": int((disagree & ids_differ).sum()),
+            "top1_disagreements_where_token_ids_agree": int((disagree & ~ids_differ).sum()),
+            "max_abs_probability_diff_where_token_ids_agree": _max_abs(
+                probs[~ids_differ] - keras_probs[~ids_differ]
+            ),
+        }
+        if seconds is not None:
+            figures["milliseconds_per_text"] = round(1000 * seconds / max(1, len(texts)), 3)
+        if gold is not None:
+            figures["accuracy"] = _accuracy(top1, gold, labels)
+        return figures
+
+    report = {
+        "n": len(texts),
+        "sequence_length": sequence_length,
+        "keras": {"accuracy": _accuracy(keras_top1, gold, labels)} if gold is not None else {},
+        "litert_on_kbert_token_ids": {
+            "top1_agreement_with_keras": float(np.mean(litert_probs.argmax(-1) == keras_top1)),
+            "max_abs_probability_diff": _max_abs(litert_probs - keras_probs),
+        },
+        "mediapipe": runtime_figures(mediapipe_probs, mediapipe_seconds),
+        "tokenization": {
+            "texts_whose_token_ids_differ": int(ids_differ.sum()),
+            "fraction": float(ids_differ.mean()) if len(texts) else 0.0,
+            "examples": _token_differences(texts, kbert_ids, mediapipe_ids, vocabulary, ids_differ),
+        },
+    }
+    if task_library_path is not None:
+        task_probs, task_seconds = classify(task_library_path, texts, "task_library", cache_dir)
+        report["task_library"] = runtime_figures(task_probs, task_seconds)
+    return report
+
+
+# === Helpers ===
+
+
+def _write_with_metadata(content, vocabulary, labels, path, runtime, cache_dir):
+    """Has `runtime`'s writer add metadata to the `.tflite` bytes `content`."""
+    write_command, _, spec = _WORKER_COMMANDS[runtime]
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"{folder}: no such folder for {path}")
+    with tempfile.TemporaryDirectory(prefix="kbert-mediapipe-") as tmp:
+        plain = os.path.join(tmp, "plain.tflite")
+        vocab = os.path.join(tmp, VOCAB_NAME)
+        with open(plain, "wb") as f:
+            f.write(content)
+        with open(vocab, "w", encoding="utf-8") as f:
+            f.write("".join(token + "\n" for token in vocabulary))
+        request = {
+            "model": plain,
+            "vocab": vocab,
+            "labels": list(labels),
+            "tensor_names": _metadata_tensor_names(content),
+            "out": os.path.abspath(path),
+        }
+        mediapipe_env.run_worker(spec, write_command, request, cache_dir)
+
+
+def _to_tflite(forward, sequence_length, tracked=None):
+    """Converts `forward` (dict of `(1, L)` int32 tensors -> one float32 tensor) to
+    `.tflite` bytes with `kbert.export.tflite`'s converter: float32, builtin ops.
+
+    The endpoint names its output for what it holds (probabilities, or a probe's
+    ids), not `logits` as `tflite.write_token_source` does.
+    """
+    signature = {
+        name: tf.TensorSpec((1, sequence_length), tf.int32, name=name) for name in ENCODER_INPUTS
+    }
+    archive = keras.export.ExportArchive()
+    if tracked is not None:
+        archive.track(tracked)
+    archive.add_endpoint(
+        tflite.ENDPOINT, lambda features: {_OUTPUT_NAME: forward(features)}, [signature]
+    )
+    with tempfile.TemporaryDirectory(prefix="kbert-savedmodel-") as tmp:
+        archive.write_out(tmp, verbose=False)
+        return tflite.convert_tokens(tmp, "none")
+
+
+def _metadata_tensor_names(content):
+    """`{"ids": tensor name, "mask": ..., "segment_ids": ...}` from the signature.
+
+    The converter orders and names the subgraph's inputs its own way (e.g.
+    segment_ids, token_ids, padding_mask); the signature says which is which.
+    """
+    inputs = Interpreter(model_content=content).get_signature_runner().get_input_details()
+    if sorted(inputs) != sorted(ENCODER_INPUTS):
+        raise ValueError(f"converted inputs {sorted(inputs)}; expected {sorted(ENCODER_INPUTS)}")
+    return {METADATA_INPUT_NAMES[key]: details["name"] for key, details in inputs.items()}
+
+
+def _interpreter_scores(path, features):
+    interpreter = Interpreter(model_path=path)
+    runner = interpreter.get_signature_runner()
+    (output,) = runner.get_output_details()
+    rows = [
+        runner(**{name: features[name][i : i + 1] for name in ENCODER_INPUTS})[output][0]
+        for i in range(len(features["token_ids"]))
+    ]
+    return np.asarray(rows, "float32").reshape(len(rows), -1)
+
+
+def _echo(features):
+    """The probe's forward pass: its three inputs, as float32, side by side."""
+    return tf.concat([tf.cast(features[name], tf.float32) for name in ENCODER_INPUTS], axis=1)
+
+
+def _check_sequence_length(sequence_length):
+    if not isinstance(sequence_length, int) or sequence_length < 2:
+        raise ValueError(
+            f"sequence_length={sequence_length!r}; expected an int >= 2 ([CLS] and [SEP])"
+        )
+
+
+def _check_vocabulary(vocabulary):
+    if not vocabulary or vocabulary[0] != PAD_TOKEN:
+        raise ValueError(
+            f"vocabulary starts with {list(vocabulary[:1])}; MediaPipe pads with id 0, "
+            f"so id 0 must be {PAD_TOKEN!r}"
+        )
+    missing = [t for t in ("[UNK]", "[CLS]", "[SEP]") if t not in vocabulary]
+    if missing:
+        raise ValueError(f"vocabulary lacks {missing}, which MediaPipe's BERT tokenizer uses")
+
+
+def _check_labels(labels, num_classes):
+    if len(labels) != num_classes:
+        raise ValueError(f"{len(labels)} labels for a model of {num_classes} classes")
+    bad = [label for label in labels if not label or "\n" in label or "\r" in label]
+    if bad:
+        raise ValueError(f"labels {bad!r} cannot be written one per line")
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"labels {list(labels)} repeat a name; the runtimes match scores by name")
+
+
+def _lines(packed, name):
+    return packed.read(name).decode("utf-8").splitlines()
+
+
+def _max_abs(diff):
+    return float(np.max(np.abs(diff))) if diff.size else 0.0
+
+
+def _accuracy(top1, gold, labels):
+    index = {label: i for i, label in enumerate(labels)}
+    return float(np.mean([p == index.get(g, -1) for p, g in zip(top1, gold)]))
+
+
+def _token_differences(texts, kbert_ids, mediapipe_ids, vocabulary, ids_differ, limit=10):
+    """The first differing tokens of the first `limit` texts whose ids differ."""
+    examples = []
+    for i in np.flatnonzero(ids_differ)[:limit]:
+        a, b = kbert_ids["token_ids"][i], mediapipe_ids["token_ids"][i]
+        first = int(np.flatnonzero(a != b)[0]) if np.any(a != b) else 0
+        window = slice(max(0, first - 2), first + 6)
+        examples.append(
+            {
+                "text": texts[i][:200],
+                "position": first,
+                "kbert": [vocabulary[t] for t in a[window]],
+                "mediapipe": [vocabulary[t] for t in b[window]],
+            }
+        )
+    return examples

@@ -1,0 +1,105 @@
+"""Copies an exported MediaPipe model and its labels into the Android app's assets.
+
+    python tools/mediapipe_export.py runs/debian-minilm
+    python tools/copy_model_to_app.py saved_models/debian-minilm-mediapipe
+
+The app (`mobile/android`) loads `text_classifier.tflite` and `labels.txt` from
+its assets; `MainActivity.kt` names the same files. Before copying, the labels
+file is checked against the labels packed in the model's metadata, so the app
+never shows one model's scores under another model's labels. Standard library
+only: no TensorFlow needed.
+"""
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+
+MODEL_FILE = "text_classifier.tflite"
+LABELS_FILE = "labels.txt"
+# The associated files MediaPipe's metadata writer packs into the model.
+PACKED_VOCAB = "vocab.txt"
+PACKED_LABELS = "labels.txt"
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+APP_ASSETS = os.path.join(REPO_ROOT, "mobile", "android", "app", "src", "main", "assets")
+
+
+def copy_model_to_app(export_folder, assets=APP_ASSETS):
+    """Copies `MODEL_FILE` and `LABELS_FILE` from `export_folder` into `assets`.
+
+    Returns:
+        dict. `{"model": path, "labels": path}` of the copies.
+
+    Raises:
+        ValueError: a file is missing, the model carries no MediaPipe metadata
+            (no packed vocabulary or labels), or `labels.txt` differs from the
+            model's packed labels.
+    """
+    model = os.path.join(export_folder, MODEL_FILE)
+    labels = os.path.join(export_folder, LABELS_FILE)
+    for path in (model, labels):
+        if not os.path.isfile(path):
+            raise ValueError(f"{path}: no such file; run tools/mediapipe_export.py first")
+    packed = packed_files(model)
+    missing = [name for name in (PACKED_VOCAB, PACKED_LABELS) if name not in packed]
+    if missing:
+        raise ValueError(
+            f"{model} packs no {', '.join(missing)}: it has no MediaPipe metadata"
+        )
+    with open(labels, encoding="utf-8") as f:
+        label_lines = f.read().splitlines()
+    if label_lines != packed[PACKED_LABELS]:
+        raise ValueError(
+            f"{labels} lists {label_lines}, but {model} was written with "
+            f"{packed[PACKED_LABELS]}"
+        )
+    os.makedirs(assets, exist_ok=True)
+    copies = {"model": os.path.join(assets, MODEL_FILE), "labels": os.path.join(assets, LABELS_FILE)}
+    _copy_atomically(model, copies["model"])
+    _copy_atomically(labels, copies["labels"])
+    return copies
+
+
+def packed_files(model):
+    """The text files packed in a `.tflite`'s metadata, as lists of lines.
+
+    MediaPipe's metadata populator appends them to the flatbuffer as a zip
+    archive, which `zipfile` reads in place.
+    """
+    try:
+        with zipfile.ZipFile(model) as archive:
+            return {
+                name: archive.read(name).decode("utf-8").splitlines() for name in archive.namelist()
+            }
+    except zipfile.BadZipFile:
+        return {}
+
+
+def _copy_atomically(source, destination):
+    fd, tmp = tempfile.mkstemp(prefix=".kbert-", dir=os.path.dirname(destination))
+    os.close(fd)
+    try:
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, destination)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("export_folder", help="output of tools/mediapipe_export.py")
+    parser.add_argument("--assets", default=APP_ASSETS, help="the app's assets folder")
+    args = parser.parse_args(argv)
+    try:
+        copies = copy_model_to_app(args.export_folder, args.assets)
+    except ValueError as error:
+        sys.exit(f"copy_model_to_app: error: {error}")
+    for path in copies.values():
+        print(f"{path} ({os.path.getsize(path)} bytes)")
+
+
+if __name__ == "__main__":
+    main()
