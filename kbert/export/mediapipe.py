@@ -18,14 +18,15 @@ The metadata is written by MediaPipe's (or tflite-support's) own writer, in an
 environment of its own (`kbert.export.mediapipe_env`).
 
 Example:
->>> from kbert.training.finetune import FinetunedModel
->>> finetuned = FinetunedModel.load("runs/debian-minilm")  # doctest: +SKIP
->>> write_text_classifier(finetuned.model, finetuned.vocabulary, finetuned.labels, 128,
-...                       {"mediapipe": "saved_models/text_classifier.tflite"})  # doctest: +SKIP
+>>> report = export_for_mediapipe("runs/debian-minilm", "saved_models/debian-minilm-mediapipe",
+...                               data="data/debian-packages/dev.csv")  # doctest: +SKIP
+>>> report["comparison"]["mediapipe"]["top1_agreement_with_keras"]  # doctest: +SKIP
 """
 
+import json
 import os
 import tempfile
+import time
 import zipfile
 
 import keras
@@ -39,6 +40,7 @@ from kbert.export.graph import classifier_encoder, classifier_logits
 from kbert.export.mediapipe_worker import LABELS_NAME, VOCAB_NAME
 from kbert.models.encoder import ENCODER_INPUTS
 from kbert.text import BertPreprocessor, WordPieceTokenizer
+from kbert.training.finetune import FinetunedModel, read_labelled_csv
 
 # The metadata name of each kbert input; MediaPipe's BERT preprocessor and the
 # Task Library find their inputs by these names.
@@ -50,6 +52,7 @@ RUNTIMES = tuple(OUTPUT_METADATA_NAMES)
 MEDIAPIPE_FILE = "text_classifier.tflite"
 TASK_LIBRARY_FILE = "bert_nl_classifier.tflite"
 LABELS_FILE = LABELS_NAME
+REPORT_FILE = "report.json"
 # The runtimes pad with id 0, so the vocabulary must hold [PAD] there.
 PAD_TOKEN = "[PAD]"
 # Probabilities from the LiteRT interpreter, MediaPipe and the Task Library
@@ -62,6 +65,75 @@ _WORKER_COMMANDS = {
     "mediapipe": ("write_mediapipe", "classify_mediapipe", mediapipe_env.MEDIAPIPE),
     "task_library": ("write_task_library", "classify_task_library", mediapipe_env.TFLITE_SUPPORT),
 }
+
+
+def export_for_mediapipe(
+    model_folder, out, sequence_length=None, data=None, task_library=True, cache_dir=None
+):
+    """Writes a fine-tuned model folder's files for the on-device runtimes into `out`.
+
+    | file | for |
+    | --- | --- |
+    | `text_classifier.tflite` | MediaPipe `TextClassifier` (MediaPipe's metadata writer) |
+    | `bert_nl_classifier.tflite` | Task Library `BertNLClassifier` (tflite-support's writer) |
+    | `labels.txt` | the labels in output order, one per line (the Android app reads it) |
+    | `report.json` | each file's contract, and with `data`, `compare_runtimes` on it |
+
+    Args:
+        model_folder: str. A folder written by `kbert finetune`.
+        out: str. Output folder, created if missing; its files are replaced.
+        sequence_length: int. Fixed input length; the model folder's if None.
+        data: str. A labelled CSV (`text`, `label`) to compare the runtimes on.
+        task_library: bool. Also write `bert_nl_classifier.tflite`.
+        cache_dir: str. Where the tools' environments live.
+
+    Returns:
+        dict. The report.
+    """
+    finetuned = FinetunedModel.load(model_folder)
+    sequence_length = sequence_length or finetuned.sequence_length
+    finetuned.config.check_sequence_length(sequence_length)
+    if data is not None:
+        texts, gold = read_labelled_csv(data)
+    os.makedirs(out, exist_ok=True)
+    paths = {"mediapipe": os.path.join(out, MEDIAPIPE_FILE)}
+    if task_library:
+        paths["task_library"] = os.path.join(out, TASK_LIBRARY_FILE)
+    # Created up front and side by side: a first run spends most of its time in pip.
+    mediapipe_env.ensure_environments([_WORKER_COMMANDS[r][2] for r in paths], cache_dir)
+
+    start = time.perf_counter()
+    contracts = write_text_classifier(
+        finetuned.model, finetuned.vocabulary, finetuned.labels, sequence_length, paths, cache_dir
+    )
+    report = {
+        "model": model_folder,
+        "sequence_length": sequence_length,
+        "export_seconds": round(time.perf_counter() - start, 1),
+        "files": {},
+    }
+    for runtime, path in paths.items():
+        contract = contracts[runtime]
+        report["files"][os.path.basename(path)] = {
+            "runtime": runtime,
+            "bytes": os.path.getsize(path),
+            "inputs": [
+                {k: t[k] for k in ("signature_name", "metadata_name", "dtype", "shape")}
+                for t in contract["inputs"]
+            ],
+            "output": {k: contract["outputs"][0][k] for k in ("metadata_name", "dtype", "shape")},
+            "associated_files": contract["associated_files"],
+        }
+    _write_text(os.path.join(out, LABELS_FILE), "".join(f"{label}\n" for label in finetuned.labels))
+    if data is not None:
+        report["data"] = data
+        report["comparison"] = compare_runtimes(
+            finetuned.model, finetuned.vocabulary, finetuned.labels, finetuned.lowercase,
+            paths["mediapipe"], texts, gold=gold, task_library_path=paths.get("task_library"),
+            cache_dir=cache_dir,
+        )
+    _write_text(os.path.join(out, REPORT_FILE), json.dumps(report, indent=2, ensure_ascii=False))
+    return report
 
 
 def write_text_classifier(model, vocabulary, labels, sequence_length, paths, cache_dir=None):
@@ -495,6 +567,17 @@ def _check_labels(labels, num_classes):
         raise ValueError(f"labels {bad!r} cannot be written one per line")
     if len(set(labels)) != len(labels):
         raise ValueError(f"labels {list(labels)} repeat a name; the runtimes match scores by name")
+
+
+def _write_text(path, text):
+    fd, tmp = tempfile.mkstemp(prefix=".kbert-", dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def _lines(packed, name):
