@@ -9,6 +9,8 @@ for bad input (`ValueError`, one line on stderr, nothing written).
 """
 
 import os
+import signal
+import sys
 
 # Exit status when an artefact exceeds its budget.
 EXIT_OVER_BUDGET = 1
@@ -75,23 +77,33 @@ def add_export_parser(subparsers):
 def run_export(args):
     """Runs the export; returns the exit status (0, or `EXIT_OVER_BUDGET`)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # A SIGTERM (a killed CI job) then unwinds like Ctrl-C: the half-written
+    # export folder beside OUT is removed.
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     from kbert.export.exporter import export_model
 
-    report = export_model(
-        args.model,
-        args.out,
-        data=args.data,
-        formats=args.formats,
-        quantizations=args.quantize,
-        calibration=args.calibration,
-        max_examples=args.max_examples,
-        calibration_examples=args.calibration_examples,
-        threads=args.threads,
-        latency_runs=args.latency_runs,
-        text_column=args.text_column,
-        label_column=args.label_column,
-    )
+    try:
+        report = export_model(
+            args.model,
+            args.out,
+            data=args.data,
+            formats=args.formats,
+            quantizations=args.quantize,
+            calibration=args.calibration,
+            max_examples=args.max_examples,
+            calibration_examples=args.calibration_examples,
+            threads=args.threads,
+            latency_runs=args.latency_runs,
+            text_column=args.text_column,
+            label_column=args.label_column,
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0 if report["passed"] else EXIT_OVER_BUDGET
+
+
+def _exit_on_sigterm(signum, frame):
+    sys.exit(128 + signum)
 
 
 def _positive_int(value):

@@ -11,7 +11,7 @@ model's variables, quantization-friendly op forms), which
 | `none` | builtin ops | float32 | float32 |
 | `fp16` | `Optimize.DEFAULT`, `supported_types=[float16]` | float16 weights | float32 |
 | `dynamic` | `Optimize.DEFAULT` | int8 weights | int8 matmuls, activations quantized per run |
-| `int8` | `INT8_RECIPE` below | int8 weights | see `INT8_RECIPE` |
+| `int8` | `Optimize.DEFAULT`, calibration, `TFLITE_BUILTINS_INT8` with float fallback, selective (`INT8_FLOAT_OPS`, `INT8_MAX_ERROR_STEPS`) | int8 weights of the int8 matmuls | int8 matmuls and lookups, float32 LayerNorm, softmax, GELU and the noisiest matmuls |
 | `16x8` | `EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8` | int8 weights | int16 activations |
 
 The text variant (`text_tflite`) takes one raw string: tf-text's
@@ -22,6 +22,8 @@ normaliser keeps, so its ids can differ from `kbert.text.WordPieceTokenizer`'s
 on such text; the report counts the verification texts where they do.
 """
 
+import csv
+import io
 import os
 import tempfile
 
@@ -34,16 +36,23 @@ from kbert.export.options import SUPPORTED
 from kbert.models.encoder import ENCODER_INPUTS
 
 TFLITE_QUANTIZATIONS = SUPPORTED["tflite"]
-# The int8 recipe: the matmuls (FULLY_CONNECTED, BATCH_MATMUL) and the
-# embedding lookups take int8 activations with calibrated per-tensor ranges
-# and int8 per-channel weights; these ops stay float32, with QUANTIZE and
-# DEQUANTIZE around them. Quantizing them too ("naive" int8) loses ~35 points
-# of dev accuracy on MiniLM: LayerNorm's variance, the softmax input and the
-# residual stream's outlier channels do not fit one int8 range.
+# The int8 recipe, selective quantization in two steps with LiteRT's
+# quantization debugger:
+# 1. these ops stay float32 (QUANTIZE/DEQUANTIZE around them): LayerNorm's
+#    variance, the softmax input and GELU do not fit one int8 range; quantizing
+#    them too ("naive" int8) cost ~35 points of dev accuracy on MiniLM;
 INT8_FLOAT_OPS = (
     "ADD", "DIV", "GELU", "MEAN", "MUL", "POW", "RSQRT", "SOFTMAX", "SQRT",
     "SQUARED_DIFFERENCE", "SUB", "SUM",
 )
+# 2. so do the matmuls whose int8 output error, measured by the debugger on
+#    `INT8_DEBUG_EXAMPLES` calibration rows, exceeds this many quantization
+#    steps (RMSE / scale): on MiniLM the attention BATCH_MATMULs (up to 18
+#    steps) and the FULLY_CONNECTEDs fed by the residual stream's outlier
+#    channels, 44 of 102 quantized tensors. At 0.7 (LiteRT's tutorial value)
+#    the dev accuracy drop was ~1.5 points; at 0.3, ~0.5.
+INT8_MAX_ERROR_STEPS = 0.3
+INT8_DEBUG_EXAMPLES = 20
 # The custom ops of the text variant, all registered by
 # `tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS`.
 TEXT_CUSTOM_OPS = ("FastBertNormalize", "FastWordpieceTokenizeWithOffsets")
@@ -116,27 +125,40 @@ def _representative_dataset(calibration):
 
 
 def _convert_int8(converter, calibration):
-    """Full-integer int8 where BERT keeps it, float where it does not (`INT8_FLOAT_OPS`)."""
+    """Selective int8: `INT8_FLOAT_OPS` and the worst matmuls stay float (see above)."""
     converter.target_spec.supported_ops = [
         tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
         tf.lite.OpsSet.TFLITE_BUILTINS,
     ]
-    # Selective quantization goes through the quantization debugger, which
-    # wants its own dataset as lists in the interpreter's (sorted) input order.
+    # The debugger wants lists in the interpreter's (sorted) input order.
     names = sorted(ENCODER_INPUTS)
+    rows = min(INT8_DEBUG_EXAMPLES, len(calibration[names[0]]))
 
     def debug_dataset():
-        for index in range(min(4, len(calibration[names[0]]))):
+        for index in range(rows):
             yield [calibration[name][index : index + 1] for name in names]
 
-    debugger = tf.lite.experimental.QuantizationDebugger(
-        converter=converter,
-        debug_dataset=debug_dataset,
-        debug_options=tf.lite.experimental.QuantizationDebugOptions(
-            denylisted_ops=list(INT8_FLOAT_OPS)
-        ),
-    )
-    return debugger.get_nondebug_quantized_model()
+    def debugger(denylisted_nodes=()):
+        return tf.lite.experimental.QuantizationDebugger(
+            converter=converter,
+            debug_dataset=debug_dataset,
+            debug_options=tf.lite.experimental.QuantizationDebugOptions(
+                denylisted_ops=list(INT8_FLOAT_OPS), denylisted_nodes=list(denylisted_nodes)
+            ),
+        )
+
+    first = debugger()
+    first.run()
+    table = io.StringIO()
+    first.layer_statistics_dump(table)
+    table.seek(0)
+    noisy = [
+        row["tensor_name"]
+        for row in csv.DictReader(table)
+        if float(row["scale"]) > 0
+        and float(row["mean_squared_error"]) ** 0.5 / float(row["scale"]) > INT8_MAX_ERROR_STEPS
+    ]
+    return debugger(noisy).get_nondebug_quantized_model()
 
 
 def write_text_source(finetuned, folder):
