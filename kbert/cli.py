@@ -74,6 +74,7 @@ def cmd_finetune(args):
         dtype=args.dtype,
         seed=args.seed,
         vocab=args.vocab,
+        strategy=args.strategy,
     )
     summary = {k: metrics[k] for k in ("accuracy", "macro_f1", "n", "train_seconds")}
     print(json.dumps({"model": args.out, "dev": summary}))
@@ -277,6 +278,12 @@ def build_parser():
     p.add_argument("--xla", action="store_true", help="compile the train step with XLA")
     p.add_argument("--dtype", default=None, help="dtype policy, e.g. mixed_bfloat16")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--strategy",
+        default="auto",
+        help="tf.distribute strategy: auto, default, mirrored, multiworker or tpu; "
+        "--batch-size is the global batch",
+    )
     p.add_argument("--out", required=True, help="model folder to write")
     p.set_defaults(run=cmd_finetune)
 

@@ -180,3 +180,10 @@ def test_console_script_exit_status(tmp_path):
         [sys.executable, "-m", "kbert.cli", "finetune", "--help"], capture_output=True, text=True
     )
     assert help_result.returncode == 0 and "--init" in help_result.stdout
+
+
+def test_unknown_strategy(trained, vocab, workdir, capsys):
+    err = error_of(["finetune", "--train", trained["train"], "--dev", trained["dev"],
+                    "--init", "bert_tiny", "--vocab", vocab, "--strategy", "gpu-farm",
+                    "--out", str(workdir / "s")], capsys)
+    assert "strategy='gpu-farm'" in err

@@ -27,6 +27,7 @@ from kbert.checkpoints.huggingface import init_encoder
 from kbert.config import BertConfig
 from kbert.models import bert_classifier, rewire_encoder
 from kbert.text import BertPreprocessor, WordPieceTokenizer, load_vocab, save_vocab
+from kbert.training.distribute import compile_for_strategy, get_strategy, log_batch_sizes
 from kbert.training.optimizers import make_optimizer
 
 # BERT paper, section 4/A.3: warm up over the first 10% of steps.
@@ -200,6 +201,7 @@ def finetune(
     seed=0,
     vocab=None,
     lowercase=None,
+    strategy="auto",
     verbose="auto",
 ):
     """Fine-tunes a classifier and writes the model folder `out`; returns metrics.
@@ -213,6 +215,8 @@ def finetune(
         sequence_length: int. Packed length; longer texts are truncated.
         jit_compile: bool. Compile the train step with XLA.
         dtype: str. A dtype policy such as "mixed_bfloat16".
+        strategy: str. A `tf.distribute` strategy name (see
+            `kbert.training.distribute.STRATEGIES`); `batch_size` is global.
     """
     if batch_size < 1 or epochs < 1 or learning_rate <= 0:
         raise ValueError(
@@ -228,7 +232,10 @@ def finetune(
     dev_ids = encode_labels(dev_labels, label_names, dev_csv)
 
     keras.utils.set_random_seed(seed)
-    config, encoder, vocabulary, init_lowercase = init_encoder(init, dtype=dtype)
+    strategy = get_strategy(strategy)
+    log_batch_sizes(strategy, batch_size)
+    with strategy.scope():
+        config, encoder, vocabulary, init_lowercase = init_encoder(init, dtype=dtype)
     if vocab is not None:
         vocabulary = load_vocab(vocab)
     if vocabulary is None:
@@ -247,20 +254,23 @@ def finetune(
     )
     dev_ds = text_dataset(dev_texts, preprocessor, batch_size, dev_ids)
 
-    model = bert_classifier(encoder, len(label_names), dtype=dtype)
     total_steps = steps_per_epoch * epochs
-    model.compile(
-        optimizer=make_optimizer(
-            "adamw",
-            learning_rate,
-            total_steps,
-            warmup_steps=int(warmup_fraction * total_steps),
-            weight_decay=weight_decay,
-        ),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-        jit_compile=jit_compile,
-    )
+    with strategy.scope():
+        model = bert_classifier(encoder, len(label_names), dtype=dtype)
+        compile_for_strategy(
+            model,
+            strategy,
+            jit_compile=jit_compile,
+            optimizer=make_optimizer(
+                "adamw",
+                learning_rate,
+                total_steps,
+                warmup_steps=int(warmup_fraction * total_steps),
+                weight_decay=weight_decay,
+            ),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        )
     if verbose == "auto":
         verbose = 1 if sys.stdout.isatty() else 2
     step_logger = _StepLossLogger(every=max(1, steps_per_epoch // 20))
