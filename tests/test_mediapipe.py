@@ -97,6 +97,7 @@ def test_export_writes_both_files_labels_and_report(exported, finetuned):
     with open(os.path.join(out, mediapipe.LABELS_FILE)) as f:
         assert f.read().splitlines() == finetuned.labels
     assert report["comparison"]["n"] == 950
+    assert report["comparison"]["keras"]["dtype_policy"] == "float32"
     assert report["sequence_length"] == SEQ_LEN
 
 

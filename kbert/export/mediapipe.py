@@ -448,7 +448,9 @@ def compare_runtimes(
     report = {
         "n": len(texts),
         "sequence_length": sequence_length,
-        "keras": {"accuracy": _accuracy(keras_top1, gold, labels)} if gold is not None else {},
+        # Under mixed precision Keras computes in bfloat16/float16 while the
+        # exported model is float32: conversion differences then include it.
+        "keras": {"dtype_policy": _dtype_policy(model)},
         "litert_on_kbert_token_ids": {
             "top1_agreement_with_keras": float(np.mean(litert_probs.argmax(-1) == keras_top1)),
             "max_abs_probability_diff": _max_abs(litert_probs - keras_probs),
@@ -460,6 +462,8 @@ def compare_runtimes(
             "examples": _token_differences(texts, kbert_ids, mediapipe_ids, vocabulary, ids_differ),
         },
     }
+    if gold is not None:
+        report["keras"]["accuracy"] = _accuracy(keras_top1, gold, labels)
     if task_library_path is not None:
         task_probs, task_seconds = classify(task_library_path, texts, "task_library", cache_dir)
         report["task_library"] = runtime_figures(task_probs, task_seconds)
@@ -578,6 +582,11 @@ def _write_text(path, text):
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def _dtype_policy(model):
+    """The policy the encoder computes in (the outer Model reports float32 always)."""
+    return classifier_encoder(model).get_layer("token_embedding").dtype_policy.name
 
 
 def _lines(packed, name):
