@@ -119,6 +119,6 @@ def test_copy_refuses_a_model_without_metadata(tmp_path):
         copy_tool.copy_model_to_app(str(tmp_path), str(tmp_path / "assets"))
 
 
-def test_copy_cli_reports_a_missing_export(tmp_path, capsys):
+def test_copy_cli_reports_a_missing_export(tmp_path):
     with pytest.raises(SystemExit, match="mediapipe_export.py first"):
         copy_tool.main([str(tmp_path / "nothing"), "--assets", str(tmp_path / "assets")])
