@@ -385,6 +385,9 @@ def build_parser():
         help="TensorFlow op determinism: bitwise reproducible, also across a resume",
     )
     p.set_defaults(run=cmd_pretrain)
+    from kbert.export.cli import add_export_parser
+
+    add_export_parser(sub)
     return parser
 
 
@@ -393,12 +396,12 @@ def main(argv=None):
     args = parser.parse_args(argv)
     _quiet_tensorflow()
     try:
-        args.run(args)
+        status = args.run(args)
     except (CliError, ValueError, OSError) as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         print(f"kbert: error: {message}", file=sys.stderr)
         return 2
-    return 0
+    return status or 0
 
 
 if __name__ == "__main__":
