@@ -9,7 +9,7 @@ Output folder (written aside under a temporary name, renamed at the end):
 | `tflite/model_text.tflite` | the string-in TFLite model (tf-text custom ops) |
 | `onnx/model.onnx`, `onnx/model_int8.onnx` | fused ONNX, and its dynamic int8 version (`kbert.export.onnx`) |
 | `vocab.txt`, `labels.json` | what a client of the token models needs |
-| `rest_example.json` | a TF Serving REST predict request and its response |
+| `rest_example.json`, `rest_example.md` | a TF Serving REST predict request and its response (the .md keeps TF Serving's number formatting) |
 | `report.json`, `report.md` | the verification report (`kbert.export.verify`) |
 """
 

@@ -12,7 +12,7 @@ model's variables, quantization-friendly op forms), which
 | `fp16` | `Optimize.DEFAULT`, `supported_types=[float16]` | float16 weights | float32 |
 | `dynamic` | `Optimize.DEFAULT` | int8 weights | int8 matmuls, activations quantized per run |
 | `int8` | `Optimize.DEFAULT`, calibration, `TFLITE_BUILTINS_INT8` with float fallback, selective (`INT8_FLOAT_OPS`, `INT8_MAX_ERROR_STEPS`) | int8 weights of the int8 matmuls | int8 matmuls and lookups, float32 LayerNorm, softmax, GELU and the noisiest matmuls |
-| `16x8` | `EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8` | int8 weights | int16 activations |
+| `16x8` | `EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8` (float fallback for the mask's Cast) | int8 weights | int16 activations; LiteRT's reference kernels, no XNNPACK: ~50x slower than `dynamic` on CPU |
 
 The text variant (`text_tflite`) takes one raw string: tf-text's
 `FastBertTokenizer` (`FastBertNormalize` and `FastWordpieceTokenizeWithOffsets`,
