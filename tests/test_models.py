@@ -130,3 +130,17 @@ def test_classifier_shares_encoder_weights_and_matches_full_graph():
     pooler = classifier.get_layer("bert_encoder").get_layer("pooler")
     pooler.bias.assign(pooler.bias + 1.0)
     np.testing.assert_allclose(encoder.get_layer("pooler").bias, pooler.bias)
+
+
+def test_fresh_weights_differ_between_layers_and_projections():
+    encoder = bert_encoder(TINY)
+    first = encoder.get_layer("transformer_layer_0").attention
+    second = encoder.get_layer("transformer_layer_1").attention
+    kernels = [
+        first.query_dense.kernel, first.key_dense.kernel, first.value_dense.kernel,
+        second.query_dense.kernel,
+    ]
+    values = [keras.ops.convert_to_numpy(k) for k in kernels]
+    for i in range(len(values)):
+        for j in range(i + 1, len(values)):
+            assert not np.allclose(values[i], values[j]), (kernels[i].path, kernels[j].path)

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from kbert.layers.initializers import clone_initializer
+
 
 @keras.saving.register_keras_serializable(package="kbert")
 class MultiHeadSelfAttention(keras.layers.Layer):
@@ -41,7 +43,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         def dense(name):
             return keras.layers.Dense(
                 width,
-                kernel_initializer=self.kernel_initializer,
+                kernel_initializer=clone_initializer(self.kernel_initializer),
                 dtype=self.dtype_policy,
                 name=name,
             )

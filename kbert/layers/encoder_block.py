@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from kbert.layers.attention import MultiHeadSelfAttention
+from kbert.layers.initializers import clone_initializer
 
 
 def get_activation(name):
@@ -71,7 +72,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
             self.num_heads,
             hidden // self.num_heads,
             dropout=self.attention_dropout,
-            kernel_initializer=self.kernel_initializer,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,
             name="self_attention",
         )
@@ -82,14 +83,14 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.attention_layer_norm.build(inputs_shape)
         self.intermediate_dense = keras.layers.Dense(
             self.intermediate_size,
-            kernel_initializer=self.kernel_initializer,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,
             name="intermediate_dense",
         )
         self.intermediate_dense.build(inputs_shape)
         self.output_dense = keras.layers.Dense(
             hidden,
-            kernel_initializer=self.kernel_initializer,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,
             name="output_dense",
         )

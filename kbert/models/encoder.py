@@ -27,25 +27,28 @@ def encoder_inputs(sequence_length=None):
 
 def _encoder_layers(config, dtype):
     """Every layer of the encoder, keyed by its stable name."""
-    initializer = keras.initializers.TruncatedNormal(stddev=config.initializer_range)
+    def initializer():
+        # A new instance per layer: see kbert.layers.initializers.clone_initializer.
+        return keras.initializers.TruncatedNormal(stddev=config.initializer_range)
+
     layers = {
         "token_embedding": keras.layers.Embedding(
             config.vocab_size,
             config.hidden_size,
-            embeddings_initializer=initializer,
+            embeddings_initializer=initializer(),
             dtype=dtype,
             name="token_embedding",
         ),
         "position_embedding": PositionEmbedding(
             config.max_position_embeddings,
-            initializer=initializer,
+            initializer=initializer(),
             dtype=dtype,
             name="position_embedding",
         ),
         "segment_embedding": keras.layers.Embedding(
             config.type_vocab_size,
             config.hidden_size,
-            embeddings_initializer=initializer,
+            embeddings_initializer=initializer(),
             dtype=dtype,
             name="segment_embedding",
         ),
@@ -58,7 +61,7 @@ def _encoder_layers(config, dtype):
         "pooler": keras.layers.Dense(
             config.hidden_size,
             activation="tanh",
-            kernel_initializer=initializer,
+            kernel_initializer=initializer(),
             dtype=dtype,
             name="pooler",
         ),
@@ -72,7 +75,7 @@ def _encoder_layers(config, dtype):
             dropout=config.hidden_dropout,
             attention_dropout=config.attention_dropout,
             layer_norm_epsilon=config.layer_norm_epsilon,
-            kernel_initializer=initializer,
+            kernel_initializer=initializer(),
             dtype=dtype,
             name=name,
         )

@@ -3,6 +3,7 @@
 import keras
 
 from kbert.config import BertConfig
+from kbert.layers.initializers import clone_initializer
 from kbert.models.encoder import ENCODER_INPUTS, as_encoder
 from kbert.pretraining.masked_lm_head import MaskedLMHead
 
@@ -72,7 +73,7 @@ class BertPretrainer(keras.Model):
         )
         # float32 so the logits and the loss stay float32 under mixed precision.
         next_sentence_head = keras.layers.Dense(
-            2, kernel_initializer=initializer, dtype="float32", name=NEXT_SENTENCE
+            2, kernel_initializer=clone_initializer(initializer), dtype="float32", name=NEXT_SENTENCE
         )
 
         # === Functional Model ===
