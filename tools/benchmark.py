@@ -75,16 +75,9 @@ def build_kbert(config, task, dtype):
 def build_keras_hub(config, task, dtype):
     import keras_hub
 
-    backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=config.vocab_size,
-        num_layers=config.num_layers,
-        num_heads=config.num_heads,
-        hidden_dim=config.hidden_size,
-        intermediate_dim=config.intermediate_size,
-        dropout=config.hidden_dropout,
-        max_sequence_length=config.max_position_embeddings,
-        dtype=dtype,
-    )
+    from kbert.checkpoints.keras_hub import keras_hub_backbone
+
+    backbone = keras_hub_backbone(config, dtype=dtype)
     if task == "mlm":
         model = keras_hub.models.BertMaskedLM(backbone, preprocessor=None, dtype=dtype)
     else:

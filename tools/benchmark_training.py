@@ -20,6 +20,7 @@ import keras_hub
 import numpy as np
 
 import kbert
+from kbert.checkpoints.keras_hub import keras_hub_backbone
 
 NUM_CLASSES = 12
 
@@ -29,16 +30,7 @@ def kbert_model(config, dtype):
 
 
 def keras_hub_model(config, dtype):
-    backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=config.vocab_size,
-        num_layers=config.num_layers,
-        num_heads=config.num_heads,
-        hidden_dim=config.hidden_size,
-        intermediate_dim=config.intermediate_size,
-        dropout=config.hidden_dropout,
-        max_sequence_length=config.max_position_embeddings,
-        dtype=dtype,
-    )
+    backbone = keras_hub_backbone(config, dtype=dtype)
     return keras_hub.models.BertTextClassifier(
         backbone, NUM_CLASSES, preprocessor=None, dtype=dtype
     )

@@ -150,7 +150,16 @@ def to_keras_hub(encoder, dtype=None):
             f"hidden_dropout={config.hidden_dropout} and attention_dropout="
             f"{config.attention_dropout}: keras-hub's BertBackbone has one dropout rate"
         )
-    backbone = keras_hub.models.BertBackbone(
+    backbone = keras_hub_backbone(config, dtype=dtype)
+    _copy(encoder, backbone, _name_pairs(config.num_layers), reverse=False)
+    return backbone
+
+
+def keras_hub_backbone(config, dtype=None):
+    """A freshly initialised keras-hub `BertBackbone` of `config`'s shape."""
+    import keras_hub
+
+    return keras_hub.models.BertBackbone(
         vocabulary_size=config.vocab_size,
         num_layers=config.num_layers,
         num_heads=config.num_heads,
@@ -161,8 +170,6 @@ def to_keras_hub(encoder, dtype=None):
         num_segments=config.type_vocab_size,
         dtype=dtype,
     )
-    _copy(encoder, backbone, _name_pairs(config.num_layers), reverse=False)
-    return backbone
 
 
 def config_from_keras_hub(backbone, activation=KERAS_HUB_ACTIVATION):
