@@ -32,6 +32,7 @@ from kbert.export.options import (
     SUPPORTED,
     parse_names,
 )
+from kbert.fileio import replace_folder
 from kbert.models.encoder import ENCODER_INPUTS
 from kbert.text import save_vocab
 from kbert.training.finetune import FinetunedModel, encode_labels, read_labelled_csv
@@ -133,7 +134,7 @@ def export_model(
         markdown = verify.write_report(
             report, os.path.join(staging, "report.json"), os.path.join(staging, "report.md")
         )
-        _move_into_place(staging, out)
+        replace_folder(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -154,18 +155,6 @@ def _load_model_folder(model_dir):
             f"{model_dir}: kbert.json or labels.json is not what kbert finetune writes "
             f"({type(error).__name__}: {error})"
         ) from None
-
-
-def _move_into_place(staging, out):
-    """Renames the finished `staging` folder to `out`, replacing an older `out`."""
-    old = None
-    if os.path.exists(out):
-        old = tempfile.mkdtemp(prefix=".kbert-old-", dir=os.path.dirname(os.path.abspath(out)))
-        os.rmdir(old)
-        os.rename(out, old)
-    os.rename(staging, out)
-    if old:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _set_tf_threads(threads):

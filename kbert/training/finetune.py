@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from kbert.checkpoints.huggingface import init_encoder
 from kbert.config import BertConfig
+from kbert.fileio import replace_folder
 from kbert.models import bert_classifier, rewire_encoder
 from kbert.text import BertPreprocessor, WordPieceTokenizer, load_vocab, save_vocab
 from kbert.training.distribute import compile_for_strategy, get_strategy, log_batch_sizes
@@ -171,18 +172,6 @@ class _StepLossLogger(keras.callbacks.Callback):
             self.curve.append({"step": self._step, "loss": float(logs["loss"])})
 
 
-def _replace_folder(staging, out):
-    """Moves the finished `staging` folder to `out`, replacing an older `out`."""
-    backup = None
-    if os.path.exists(out):
-        backup = tempfile.mkdtemp(prefix=".kbert-old-", dir=os.path.dirname(os.path.abspath(out)))
-        os.rmdir(backup)
-        os.rename(out, backup)
-    os.rename(staging, out)
-    if backup:
-        shutil.rmtree(backup, ignore_errors=True)
-
-
 def finetune(
     train_csv,
     dev_csv,
@@ -316,7 +305,7 @@ def _write_model_folder(out, model, vocabulary, label_names, settings, metrics):
         for name, value in ((LABELS_FILE, label_names), (SETTINGS_FILE, settings), (METRICS_FILE, metrics)):
             with open(os.path.join(staging, name), "w") as f:
                 json.dump(value, f, indent=2)
-        _replace_folder(staging, out)
+        replace_folder(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
