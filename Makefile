@@ -30,7 +30,8 @@ test: $(STAMP)
 	$(PY) -m pytest -q -ra
 
 bench: $(STAMP)
-	$(PY) tools/benchmark_training.py
+	$(PY) tools/benchmark.py --task classifier --presets minilm_l6_h384 --seq-lens 128 \
+	  $(if $(wildcard $(OUT)/model.keras),--inference-model $(OUT))
 
 clean:
 	rm -rf $(VENV) runs

@@ -8,7 +8,14 @@ Tasks:
   mlm: masked-LM pretraining (kbert's `bert_pretrainer`, which also has the
       tiny next-sentence head, vs keras-hub's `BertMaskedLM`), 15% of the
       positions predicted.
-  classifier: sequence classification (`bert_classifier` vs `BertTextClassifier`).
+  classifier: sequence classification (`bert_classifier` vs `BertTextClassifier`,
+      `--num-classes` labels; issue 2's figure is `--task classifier
+      --presets minilm_l6_h384 --seq-lens 128`).
+
+With `--inference-model DIR` (a `kbert finetune` folder) the report also has
+batch-1 inference latency per export format, from
+`tools/benchmark_inference.py` (SavedModel, TFLite float32 / dynamic int8,
+ONNX Runtime float32 / int8, same threads).
 
 Model FLOPs per sequence (matmuls only, forward + backward = 3 × forward;
 L sequence length, n layers, d hidden size, V vocabulary, C classes; the
@@ -24,6 +31,8 @@ without it, a CPU estimate: cores × 2.5 GHz × 32 float32 FLOP/cycle (two
 AVX-512 FMA units) — a rough upper bound that ignores the real clock.
 
     python tools/benchmark.py --quick
+    python tools/benchmark.py --task classifier --presets minilm_l6_h384 --seq-lens 128 \\
+        --inference-model runs/debian-minilm
     python tools/benchmark.py --presets bert_tiny,bert_base --seq-lens 128,512 \\
         --peak-tflops 989 --out benchmark_results
     KERAS_BACKEND=jax python tools/benchmark.py --impls kbert --peak-tflops 989
@@ -33,6 +42,8 @@ import argparse
 import json
 import os
 import platform
+import subprocess
+import sys
 import time
 
 import keras
@@ -41,14 +52,14 @@ import numpy as np
 import kbert
 from kbert.pretraining import bert_pretrainer
 
-NUM_CLASSES = 2
+NUM_CLASSES = 12  # the Debian package task
 # BERT masks 15% of the positions (google-research/bert's masked_lm_prob).
 MASKED_FRACTION = 0.15
 # CPU peak estimate: 2.5 GHz × 32 float32 FLOP per cycle per core (2 AVX-512 FMA units).
 CPU_FLOP_PER_CORE = 2.5e9 * 32
 
 
-def flops_per_sequence(config, seq_len, task):
+def flops_per_sequence(config, seq_len, task, num_classes=NUM_CLASSES):
     """Training FLOPs (matmuls only) per sequence; see the module docstring."""
     n, d, v = config.num_layers, config.hidden_size, config.vocab_size
     # 2·d·(4d) for Q, K, V, output and 2·2·d·intermediate for the FFN, per token.
@@ -57,22 +68,22 @@ def flops_per_sequence(config, seq_len, task):
     flops = seq_len * (dense + attention)
     if task == "mlm":
         return flops + seq_len * 6 * MASKED_FRACTION * (d * d + d * v)
-    return flops + 6 * (d * d + d * NUM_CLASSES)
+    return flops + 6 * (d * d + d * num_classes)
 
 
 def masked_count(seq_len):
     return max(1, round(MASKED_FRACTION * seq_len))
 
 
-def build_kbert(config, task, dtype):
+def build_kbert(config, task, dtype, num_classes):
     if task == "mlm":
         model = bert_pretrainer(config, dtype=dtype)
         return model, {}  # BertPretrainer.compile fills in its losses.
-    model = kbert.bert_classifier(config, NUM_CLASSES, dtype=dtype)
+    model = kbert.bert_classifier(config, num_classes, dtype=dtype)
     return model, {"loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}
 
 
-def build_keras_hub(config, task, dtype):
+def build_keras_hub(config, task, dtype, num_classes):
     import keras_hub
 
     from kbert.checkpoints.keras_hub import keras_hub_backbone
@@ -82,12 +93,12 @@ def build_keras_hub(config, task, dtype):
         model = keras_hub.models.BertMaskedLM(backbone, preprocessor=None, dtype=dtype)
     else:
         model = keras_hub.models.BertTextClassifier(
-            backbone, NUM_CLASSES, preprocessor=None, dtype=dtype
+            backbone, num_classes, preprocessor=None, dtype=dtype
         )
     return model, {"loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}
 
 
-def synthetic_batch(config, impl, task, batch_size, seq_len, seed=0):
+def synthetic_batch(config, impl, task, batch_size, seq_len, num_classes, seed=0):
     rng = np.random.default_rng(seed)
     x = {
         "token_ids": rng.integers(0, config.vocab_size, (batch_size, seq_len)).astype("int32"),
@@ -95,7 +106,7 @@ def synthetic_batch(config, impl, task, batch_size, seq_len, seed=0):
         "padding_mask": np.ones((batch_size, seq_len), "int32"),
     }
     if task == "classifier":
-        return x, rng.integers(0, NUM_CLASSES, (batch_size,)).astype("int32")
+        return x, rng.integers(0, num_classes, (batch_size,)).astype("int32")
     positions = np.sort(
         np.stack([rng.permutation(seq_len)[: masked_count(seq_len)] for _ in range(batch_size)]),
         axis=1,
@@ -107,15 +118,17 @@ def synthetic_batch(config, impl, task, batch_size, seq_len, seed=0):
     return x, {"masked_lm": ids, "next_sentence": rng.integers(0, 2, (batch_size,)).astype("int32")}
 
 
-def measure(impl, config, task, dtype, batch_size, seq_len, jit_compile, warmup_steps, steps):
+def measure(
+    impl, config, task, dtype, batch_size, seq_len, jit_compile, warmup_steps, steps, num_classes
+):
     keras.utils.set_random_seed(0)
     build = build_kbert if impl == "kbert" else build_keras_hub
-    model, compile_kwargs = build(config, task, dtype)
+    model, compile_kwargs = build(config, task, dtype, num_classes)
     model.compile(
         optimizer=keras.optimizers.AdamW(learning_rate=1e-5), jit_compile=jit_compile,
         **compile_kwargs,
     )
-    x, y = synthetic_batch(config, impl, task, batch_size, seq_len)
+    x, y = synthetic_batch(config, impl, task, batch_size, seq_len, num_classes)
     for _ in range(warmup_steps):
         model.train_on_batch(x, y)
     start = time.perf_counter()
@@ -156,12 +169,39 @@ def plot(runs, path):
     plt.close(fig)
 
 
+def best_ratios(runs):
+    """kbert's fastest setting over keras-hub's fastest, per preset and sequence length."""
+    ratios = {}
+    for key in sorted({(r["preset"], r["seq_len"]) for r in runs}):
+        best = {
+            impl: max((r["seq_per_s"] for r in runs if (r["preset"], r["seq_len"]) == key
+                       and r["impl"] == impl), default=None)
+            for impl in ("kbert", "keras_hub")
+        }
+        if None not in best.values():
+            ratios[f"{key[0]} seq {key[1]}"] = round(best["kbert"] / best["keras_hub"], 3)
+    return ratios
+
+
+def inference_latency(model, seq_len, threads):
+    """Batch-1 latency per export format, from tools/benchmark_inference.py.
+
+    A child process: TensorFlow's thread pools are sized before it first runs,
+    and the training runs here have already started them.
+    """
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "benchmark_inference.py")
+    command = [sys.executable, script, "--model", model, "--seq-len", str(seq_len),
+               "--threads", str(threads)]
+    return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", default="bert_tiny,bert_mini,bert_small,bert_medium,bert_base")
     parser.add_argument("--seq-lens", default="128,512")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--task", choices=("mlm", "classifier"), default="mlm")
+    parser.add_argument("--num-classes", type=int, default=NUM_CLASSES, help="classifier labels")
     parser.add_argument("--dtypes", default="float32,mixed_bfloat16")
     parser.add_argument("--xla", default="off,on", help="comma list of off/on")
     parser.add_argument("--impls", default="kbert,keras_hub")
@@ -169,6 +209,11 @@ def main():
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--peak-tflops", type=float, default=None)
     parser.add_argument("--out", default="benchmark_results")
+    parser.add_argument(
+        "--inference-model", help="also time batch-1 inference of this fine-tuned model folder"
+    )
+    parser.add_argument("--threads", type=int, default=2, help="inference threads")
+    parser.add_argument("--inference-seq-len", type=int, default=128)
     parser.add_argument(
         "--quick", action="store_true",
         help="bert_tiny, seq 128, batch 4, float32, 2 timed steps: a smoke test",
@@ -189,7 +234,7 @@ def main():
         for seq_len in (int(s) for s in args.seq_lens.split(",")):
             config = kbert.BertConfig.from_preset(preset)
             config.check_sequence_length(seq_len)
-            flops = flops_per_sequence(config, seq_len, args.task)
+            flops = flops_per_sequence(config, seq_len, args.task, args.num_classes)
             for dtype in args.dtypes.split(","):
                 for xla in args.xla.split(","):
                     if xla not in ("on", "off"):
@@ -197,7 +242,7 @@ def main():
                     for impl in args.impls.split(","):
                         seq_per_s = measure(
                             impl, config, args.task, dtype, args.batch_size, seq_len,
-                            xla == "on", args.warmup_steps, args.steps,
+                            xla == "on", args.warmup_steps, args.steps, args.num_classes,
                         )
                         run = {
                             "preset": preset, "seq_len": seq_len, "impl": impl,
@@ -223,7 +268,12 @@ def main():
         "peak_source": peak_source,
         "flops_formula": "see tools/benchmark.py docstring",
         "runs": runs,
+        "kbert_best_over_keras_hub_best": best_ratios(runs),
     }
+    if args.inference_model:
+        report["inference"] = inference_latency(
+            args.inference_model, args.inference_seq_len, args.threads
+        )
     json_path = os.path.join(args.out, f"benchmark_{args.task}_{keras.backend.backend()}.json")
     with open(json_path, "w") as f:
         json.dump(report, f, indent=2)

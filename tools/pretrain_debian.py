@@ -1,12 +1,15 @@
 """Pretrain a small BERT (L-4/H-256, LAMB) from scratch on the Debian package corpus.
 
-Three stages, each skipped when its output is already in `--out`:
+Four stages, each skipped when its output is already in `--out`:
 
 1. `vocab.txt`: a WordPiece vocabulary learned from the corpus (tf-text's learner);
 2. `records/`: masked-LM / next-sentence TFRecords in google-research/bert's
    format, written in parallel; the last shard is held out for evaluation;
 3. `model/`: pretraining with `model.fit` (XLA), logged every `--log-every`
-   steps to `model/history.json`, with the curves drawn in `curves.png`.
+   steps to `model/history.json`, with the curves drawn in `curves.png`;
+4. `finetune/`: the Debian package classifier fine-tuned twice with the same
+   settings, from the pretrained encoder and from random initialisation
+   (same shape and vocabulary), compared in `finetune/comparison.json`.
 
 The encoder lands in `model/encoder/` as a Hugging Face folder, so it can be
 fine-tuned with `kbert finetune --init <out>/model/encoder`.
@@ -51,6 +54,12 @@ def parse_args(argv=None):
     p.add_argument("--mixed-precision", action="store_true", help="mixed_bfloat16")
     p.add_argument("--no-jit", action="store_true")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--train", default="data/debian-packages/train.csv", help="stage 4 training CSV")
+    p.add_argument("--dev", default="data/debian-packages/dev.csv", help="stage 4 dev CSV")
+    p.add_argument("--finetune-epochs", type=int, default=3)
+    p.add_argument("--finetune-lr", type=float, default=1e-4)
+    p.add_argument("--finetune-batch-size", type=int, default=32)
+    p.add_argument("--no-finetune", action="store_true", help="stop after stage 3")
     return p.parse_args(argv)
 
 
@@ -97,6 +106,45 @@ def plot_curves(history, path):
     plt.close(figure)
 
 
+def compare_finetuning(args, encoder, vocab_path):
+    """Stage 4: fine-tunes from `encoder` and from random init; returns the comparison."""
+    from kbert.training.finetune import finetune
+
+    folder = os.path.join(args.out, "finetune")
+    comparison_path = os.path.join(folder, "comparison.json")
+    if os.path.isfile(comparison_path):
+        print(f"[4/4] fine-tuning: reusing {comparison_path}", flush=True)
+        with open(comparison_path) as f:
+            return json.load(f)
+    settings = dict(
+        sequence_length=args.seq_len,
+        batch_size=args.finetune_batch_size,
+        epochs=args.finetune_epochs,
+        learning_rate=args.finetune_lr,
+        seed=args.seed,
+        strategy="default",
+        verbose=2,
+    )
+    comparison = {"settings": {**settings, "train": args.train, "dev": args.dev}}
+    for name, init, vocab in (
+        ("pretrained", encoder, None),
+        ("random_init", args.preset, vocab_path),
+    ):
+        print(f"[4/4] fine-tuning {name} ({init}) on {args.train}", flush=True)
+        metrics = finetune(
+            args.train, args.dev, init, os.path.join(folder, name), vocab=vocab, **settings
+        )
+        comparison[name] = {k: metrics[k] for k in ("accuracy", "macro_f1", "n", "train_seconds")}
+        print(json.dumps({name: comparison[name]}), flush=True)
+    comparison["accuracy_gain"] = round(
+        comparison["pretrained"]["accuracy"] - comparison["random_init"]["accuracy"], 4
+    )
+    with open(comparison_path + ".tmp", "w") as f:
+        json.dump(comparison, f, indent=2)
+    os.replace(comparison_path + ".tmp", comparison_path)
+    return comparison
+
+
 def main(argv=None):
     args = parse_args(argv)
     from kbert.pretraining import (
@@ -114,19 +162,19 @@ def main(argv=None):
 
     vocab_path = os.path.join(args.out, "vocab.txt")
     if os.path.isfile(vocab_path):
-        print(f"[1/3] vocabulary: reusing {vocab_path}", flush=True)
+        print(f"[1/4] vocabulary: reusing {vocab_path}", flush=True)
         vocabulary = load_vocab(vocab_path)
     else:
-        print(f"[1/3] vocabulary: learning {args.vocab_size} pieces from {corpus}", flush=True)
+        print(f"[1/4] vocabulary: learning {args.vocab_size} pieces from {corpus}", flush=True)
         vocabulary = learn_vocabulary(corpus, args.vocab_size)
         save_vocab(vocabulary, vocab_path)
     print(f"      {len(vocabulary)} tokens", flush=True)
 
     records = os.path.join(args.out, "records")
     if os.path.isfile(os.path.join(records, "pretraining_data.json")):
-        print(f"[2/3] records: reusing {records}", flush=True)
+        print(f"[2/4] records: reusing {records}", flush=True)
     else:
-        print(f"[2/3] records: writing {records}", flush=True)
+        print(f"[2/4] records: writing {records}", flush=True)
         write_pretraining_data(
             corpus,
             vocabulary,
@@ -150,7 +198,7 @@ def main(argv=None):
     )
 
     model_dir = os.path.join(args.out, "model")
-    print(f"[3/3] pretraining {args.preset} for {args.steps} steps into {model_dir}", flush=True)
+    print(f"[3/4] pretraining {args.preset} for {args.steps} steps into {model_dir}", flush=True)
     history = pretrain(
         train_shards,
         model_dir,
@@ -181,6 +229,8 @@ def main(argv=None):
         "curves": os.path.join(args.out, "curves.png"),
         "encoder": os.path.join(model_dir, "encoder"),
     }
+    if not args.no_finetune:
+        summary["finetune"] = compare_finetuning(args, summary["encoder"], vocab_path)
     print(json.dumps(summary, indent=2))
     return summary
 
