@@ -13,12 +13,17 @@ XLA; converters look for other forms. tf2onnx and onnxruntime's BERT fusions
 | exact GELU | `0.5·x·erfc(−x/√2)` (tf2onnx has no Erfc) | `x·(1 + erf(x·1/√2))·0.5` |
 | embeddings | `ops.take`, which maps negative ids with a Select on the ids | `tf.gather` |
 
-For the TFLite converter (`target="tflite"`) two pieces differ: GELU is
-`tf.nn.gelu`, which becomes the GELU builtin (LiteRT has no Erf), and the
+For the TFLite converter (`target="tflite"`) four pieces differ: GELU is
+`tf.nn.gelu`, which becomes the GELU builtin (LiteRT has no Erf); the
 padding mask multiplies the softmax, which is then renormalised, instead of
 adding −10000 to the scores: exact in float, and no activation has to span
-[−10000, scores] once quantized. Without the Select on the ids, the 16x8
-quantizer has no int32 tensor it cannot calibrate.
+[−10000, scores] once quantized; Q, K and V are one FULLY_CONNECTED on the
+concatenated kernels, split after (one GEMM and one dynamic quantisation of
+the input instead of three); and the last block computes only the [CLS] row
+after its keys and values, the only row the pooler reads (what
+`bert_classifier` does in Keras). Without the Select on the ids, the 16x8
+quantizer has no int32 tensor it cannot calibrate. onnxruntime's fusions need
+the per-layer form, so the ONNX graph keeps it.
 
 The pass reads the Keras model's own variables, so an artefact traced from it
 holds the fine-tuned weights; `tests/test_export_units.py` holds it to the Keras
@@ -71,8 +76,10 @@ def classifier_logits(model, features, target="onnx"):
         attention_bias = (1.0 - tf.cast(mask, tf.float32)) * MASK_BIAS
     if target not in ("onnx", "tflite"):
         raise ValueError(f"target={target!r}; expected 'onnx' or 'tflite'")
-    for block in _blocks(encoder):
-        x = _encoder_block(x, block, attention_bias, target)
+    blocks = _blocks(encoder)
+    for index, block in enumerate(blocks):
+        first_token_only = target == "tflite" and index == len(blocks) - 1
+        x = _encoder_block(x, block, attention_bias, target, first_token_only)
 
     pooled = tf.tanh(_dense(x[:, 0, :], encoder.get_layer("pooler")))
     return _dense(pooled, model.get_layer("logits"))
@@ -143,13 +150,35 @@ def _split_heads(x, num_heads, head_size, perm):
     return tf.transpose(tf.reshape(x, [batch, length, num_heads, head_size]), perm)
 
 
-def _encoder_block(x, block, attention_bias, target):
+def _fused_query_key_value(x, attention):
+    """Q, K and V of `x` from one MatMul on the concatenated kernels."""
+    layers = (attention.query_dense, attention.key_dense, attention.value_dense)
+    kernel = tf.concat([_value(layer.kernel) for layer in layers], axis=-1)
+    bias = tf.concat(
+        [_value(layer.bias) if layer.use_bias else tf.zeros_like(_value(layer.kernel)[0])
+         for layer in layers],
+        axis=-1,
+    )
+    return tf.split(tf.matmul(x, kernel) + bias, 3, axis=-1)
+
+
+def _encoder_block(x, block, attention_bias, target, first_token_only=False):
+    """One post-LN block; with `first_token_only`, returns `(batch, 1, width)`."""
     attention = block.attention
     heads, head_size = attention.num_heads, attention.head_size
+    if target == "tflite":
+        query, key, value = _fused_query_key_value(x, attention)
+    else:
+        query, key, value = (
+            _dense(x, layer)
+            for layer in (attention.query_dense, attention.key_dense, attention.value_dense)
+        )
+    if first_token_only:
+        x, query = x[:, :1], query[:, :1]
     # q, v: (batch, heads, length, head); k: (batch, heads, head, length).
-    query = _split_heads(_dense(x, attention.query_dense), heads, head_size, [0, 2, 1, 3])
-    key = _split_heads(_dense(x, attention.key_dense), heads, head_size, [0, 2, 3, 1])
-    value = _split_heads(_dense(x, attention.value_dense), heads, head_size, [0, 2, 1, 3])
+    query = _split_heads(query, heads, head_size, [0, 2, 1, 3])
+    key = _split_heads(key, heads, head_size, [0, 2, 3, 1])
+    value = _split_heads(value, heads, head_size, [0, 2, 1, 3])
     # A Div, as in Hugging Face's graph: onnxruntime's fusion finds the scale
     # and the mask among the Add's parents by op type, so a Mul here would be
     # taken for the mask's Mul. The divisor comes from the runtime shape
