@@ -27,14 +27,25 @@ Every worker runs the same command (`--strategy multiworker`) with its own
     # on host0                                   # on host1
     TF_CONFIG='{"cluster": {"worker": ["host0:12345", "host1:12345"]},
                 "task": {"type": "worker", "index": 0}}'     # index 1 on host1
-    python -m kbert.cli finetune ... --strategy multiworker
+    python -m kbert.cli pretrain ... --strategy multiworker --checkpoint-every 1000
 
-Worker 0 is the chief: it writes the final model and the logs. Checkpoints
-(`keras.callbacks.BackupAndRestore`, `ModelCheckpoint`) and the output folder
-must be on storage every worker can read and write (GCS, NFS); each worker
-writes its own temporary copy, and a restarted worker resumes from the shared
-backup. The batch size given is global: it is split evenly across
+Worker 0 is the chief: only it writes the final model, the logs and the
+checkpoints (`is_chief`); the others run the same saving code into a scratch
+folder that is deleted (`chief_folder`). The output folder must be on storage
+every worker can read (GCS, NFS): every worker restores from its `backup/`.
+The batch size given is global: it is split evenly across
 `num_replicas_in_sync` (all GPUs of all workers), so keep it divisible.
+
+When one worker dies (SIGKILL, preemption), TensorFlow 2.21 does not carry on
+without it and does not wait for it: the coordination service misses its
+heartbeats and aborts the collectives of the survivors, whose next
+all-reduce raises `UnavailableError: Collective ops is aborted by: ... The
+following tasks are unhealthy (stopped sending heartbeats)`, and they exit
+(about 20 s after the kill on localhost). Restart *every* worker with the same
+command, as a cluster scheduler does: `kbert pretrain --checkpoint-every`
+then resumes from the last checkpoint, at the same step and data position,
+and with `--deterministic` ends with the weights of an uninterrupted run, bit
+for bit (tests/test_multiworker.py).
 
 TPU
 ---
@@ -47,9 +58,12 @@ With the JAX backend, use `keras.distribution.DataParallel` instead of a
 `tf.distribute` strategy: `jax.jit` compiles every step, sharded or not.
 """
 
+import contextlib
 import json
 import logging
 import os
+import shutil
+import tempfile
 
 import keras
 
@@ -61,9 +75,14 @@ STRATEGIES = ("auto", "default", "mirrored", "multiworker", "tpu")
 def get_strategy(name="auto"):
     """Returns the `tf.distribute.Strategy` called `name`.
 
+    Create it first thing in the program: MultiWorkerMirroredStrategy
+    configures collective ops, which TensorFlow refuses once it has run
+    anything else (a `tf.data` pipeline included).
+
     Args:
-        name: str. One of `STRATEGIES`. "auto" is MirroredStrategy when more
-            than one GPU is visible, otherwise the default (no-op) strategy;
+        name: str or `tf.distribute.Strategy` (returned as is). One of
+            `STRATEGIES`. "auto" is MirroredStrategy when more than one GPU
+            is visible, otherwise the default (no-op) strategy;
             "multiworker" reads the cluster from the `TF_CONFIG` environment
             variable; "tpu" connects to the TPU named by `TPU_NAME` (or the
             local TPU of a TPU VM).
@@ -78,6 +97,8 @@ def get_strategy(name="auto"):
     """
     import tensorflow as tf
 
+    if isinstance(name, tf.distribute.Strategy):
+        return name
     if name not in STRATEGIES:
         raise ValueError(f"strategy={name!r} is not one of {STRATEGIES}")
     if name == "auto":
@@ -140,6 +161,52 @@ def log_batch_sizes(strategy, global_batch_size):
     return message
 
 
+def is_chief(strategy=None):
+    """Whether this process writes the outputs (final model, logs, checkpoints).
+
+    True everywhere except on the non-chief workers of a multi-worker cluster:
+    with MultiWorkerMirroredStrategy the chief is worker 0 (or the task of
+    type "chief" in `TF_CONFIG`).
+
+    Args:
+        strategy: a `tf.distribute.Strategy`, or None for one device.
+
+    Returns:
+        bool.
+    """
+    return strategy is None or strategy.extended.should_checkpoint
+
+
+@contextlib.contextmanager
+def chief_folder(folder, strategy=None):
+    """Yields `folder` on the chief, a scratch folder removed afterwards elsewhere.
+
+    Every worker of a MultiWorkerMirroredStrategy cluster must run the same
+    saving code (reading a synchronised variable can be a collective op that
+    waits for all workers), but only the chief may write the real files: the
+    others write theirs to a temporary folder that is then deleted, Keras'
+    and TensorFlow's usual multi-worker pattern.
+
+    Args:
+        folder: str. Where the chief writes.
+        strategy: a `tf.distribute.Strategy`, or None for one device.
+
+    Example:
+    >>> with chief_folder("runs/model", None) as folder:
+    ...     folder
+    'runs/model'
+    """
+    if is_chief(strategy):
+        yield folder
+        return
+    task = strategy.cluster_resolver
+    scratch = tempfile.mkdtemp(prefix=f"kbert-{task.task_type}-{task.task_id}-")
+    try:
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def _is_multi_replica(strategy):
     import tensorflow as tf
 
@@ -164,17 +231,70 @@ def compile_for_strategy(model, strategy=None, jit_compile=True, **compile_kwarg
         jit_compile: bool. Compile the train step with XLA.
         **compile_kwargs: passed to `model.compile` (optimizer, loss, metrics…).
 
+    Under MultiWorkerMirroredStrategy it also works around two Keras 3 bugs
+    that make `fit` fail there (tensorflow/tensorflow#72388): see
+    `_build_from_local_batch` and `_logs_as_vectors`.
+
     Returns:
         `model`, compiled.
     """
-    if keras.backend.backend() != "tensorflow" or not (
-        jit_compile and _is_multi_replica(strategy)
-    ):
+    if keras.backend.backend() != "tensorflow":
         model.compile(jit_compile=jit_compile, **compile_kwargs)
         return model
-    model.compile(jit_compile=False, **compile_kwargs)
-    model.train_step = _replica_xla_train_step(model)
+    import tensorflow as tf
+
+    if not (jit_compile and _is_multi_replica(strategy)):
+        model.compile(jit_compile=jit_compile, **compile_kwargs)
+    else:
+        model.compile(jit_compile=False, **compile_kwargs)
+        model.train_step = _replica_xla_train_step(model)
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        model._maybe_symbolic_build = _build_from_local_batch(model, strategy)
+        model.train_step = _logs_as_vectors(model.train_step)
+        model.test_step = _logs_as_vectors(model.test_step)
     return model
+
+
+def _logs_as_vectors(step):
+    """`step` whose scalar logs are returned as vectors of one element.
+
+    Keras 3 averages each replica's logs after the step with
+    `strategy.reduce("MEAN", value, axis=0)` under MultiWorkerMirroredStrategy
+    (keras/src/backend/tensorflow/trainer.py, `reduce_per_replica`), which
+    fails on scalars: "Invalid reduction dimension 0 for input with 0
+    dimensions". On one-element vectors it is the mean over the replicas.
+    """
+    import tensorflow as tf
+
+    def vector_logs_step(data):
+        return tf.nest.map_structure(lambda value: tf.reshape(value, [-1]), step(data))
+
+    vector_logs_step.xla_function = getattr(step, "xla_function", None)
+    return vector_logs_step
+
+
+def _build_from_local_batch(model, strategy):
+    """Keras' `_maybe_symbolic_build` with a batch of this worker's replicas.
+
+    Before training, Keras 3 (keras/src/backend/tensorflow/trainer.py) takes
+    one distributed batch and averages it over the replicas with
+    `strategy.reduce` only to learn its shapes; with several workers that
+    reduce is a collective op, which cannot take a nest of values: `fit` on a
+    dict of features fails with "Attempt to convert a value ({'token_ids':
+    PerReplica...}) ... to a Tensor". The shapes of the local batch suffice.
+    """
+
+    def maybe_symbolic_build(iterator=None, data_batch=None):
+        if iterator is not None:
+            for _, _, batches in iterator:
+                data_batch = keras.tree.map_structure(
+                    lambda value: strategy.experimental_local_results(value)[0], next(batches)
+                )
+                break
+        with strategy.scope():
+            model._symbolic_build(data_batch=data_batch)
+
+    return maybe_symbolic_build
 
 
 def _replica_xla_train_step(model):
