@@ -193,6 +193,7 @@ def cmd_pretrain(args):
         pretrain,
         read_metadata,
     )
+    from kbert.training.distribute import get_strategy
 
     if bool(args.records) == bool(args.corpus):
         raise CliError("give either --records or --corpus")
@@ -210,6 +211,9 @@ def cmd_pretrain(args):
             pass
     if not vocab or not os.path.isfile(vocab):
         raise CliError(f"--vocab {vocab}: no such file" if vocab else "--vocab is required")
+    # Before any tf.data pipeline: MultiWorkerMirroredStrategy must configure
+    # TensorFlow's collective ops first.
+    strategy = get_strategy(args.strategy)
     if args.records:
         train = make_pretraining_dataset(
             args.records, args.batch_size, seq_len=args.seq_len, seed=args.seed
@@ -241,10 +245,16 @@ def cmd_pretrain(args):
         seed=args.seed,
         checkpoint_every=args.checkpoint_every,
         deterministic=args.deterministic,
+        strategy=strategy,
         **kwargs,
     )
     final = {k: v for k, v in history["final"].items() if k in ("step", "loss", "masked_lm_accuracy")}
-    print(json.dumps({"model": args.out, "final": final, "throughput": history["throughput"]}))
+    print(json.dumps({
+        "model": args.out,
+        "final": final,
+        "throughput": history["throughput"],
+        "weights_sha256": history["weights_sha256"],
+    }))
 
 
 def _positive_int(value):
@@ -383,6 +393,12 @@ def build_parser():
     p.add_argument(
         "--deterministic", action="store_true",
         help="TensorFlow op determinism: bitwise reproducible, also across a resume",
+    )
+    p.add_argument(
+        "--strategy",
+        default="auto",
+        help="tf.distribute strategy: auto, default, mirrored, multiworker (every worker "
+        "runs this command with its TF_CONFIG) or tpu; --batch-size is the global batch",
     )
     p.set_defaults(run=cmd_pretrain)
     from kbert.export.cli import add_export_parser

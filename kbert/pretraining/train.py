@@ -1,5 +1,6 @@
 """`pretrain`: masked-LM + next-sentence pretraining with `model.fit`, logged and saved."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -16,6 +17,14 @@ from kbert.checkpoints.google import load_google_checkpoint
 from kbert.config import PRESETS, BertConfig
 from kbert.pretraining.pretrainer import bert_pretrainer
 from kbert.pretraining.records import make_pretraining_dataset, read_metadata
+from kbert.training.distribute import (
+    chief_folder,
+    compile_for_strategy,
+    get_strategy,
+    is_chief,
+    is_xla_compiled,
+    log_batch_sizes,
+)
 from kbert.training.optimizers import make_optimizer
 
 # google-research/bert's run_pretraining.py flags: 10,000 warmup steps of
@@ -91,45 +100,61 @@ class _AtomicBackup(keras.callbacks.BackupAndRestore):
     `double_checkpoint`) until the new one is in place. The dropout seed
     generators' states, which `save_weights` leaves out, are saved too, so a
     resumed run draws the same dropout masks as an uninterrupted one.
+
+    Under MultiWorkerMirroredStrategy every worker restores from the shared
+    `backup_dir` and saves, but only the chief saves there: the others save
+    to a scratch folder (`chief_folder`), so the checkpoint has one writer.
     """
 
-    def __init__(self, backup_dir, logger):
+    def __init__(self, backup_dir, logger, strategy=None):
         super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=False)
         self.logger = logger
-        self._latest = os.path.join(backup_dir, _STATE)
-        self._previous = os.path.join(backup_dir, _PREVIOUS_STATE)
-        self._weights_path = os.path.join(self._latest, "latest.weights.h5")
-        self._training_metadata_path = os.path.join(self._latest, "training_metadata.json")
+        self.strategy = strategy
+        # Read once: the epochs done, the windows and the weights must come
+        # from the same checkpoint.
+        restored, self.restored_epoch, self.restored_windows = self.restore_point(backup_dir)
+        restored = restored or os.path.join(backup_dir, _STATE)
+        self._weights_path = os.path.join(restored, "latest.weights.h5")
+        self._training_metadata_path = os.path.join(restored, "training_metadata.json")
+        self._seeds_path = os.path.join(restored, _SEEDS_FILE)
 
     @staticmethod
     def restore_point(backup_dir):
-        """(epochs done, logged windows) of the last complete checkpoint, or (0, [])."""
+        """(folder, epochs done, logged windows) of the last complete checkpoint.
+
+        (None, 0, []) when there is none. Reads only: with several workers,
+        each reads while the chief may be writing the next checkpoint.
+        """
         for name in (_STATE, _PREVIOUS_STATE):
             folder = os.path.join(backup_dir, name)
-            if os.path.isfile(os.path.join(folder, _WINDOWS_FILE)):
-                if name == _PREVIOUS_STATE:
-                    os.rename(folder, os.path.join(backup_dir, _STATE))
-                    folder = os.path.join(backup_dir, _STATE)
-                with open(os.path.join(folder, "training_metadata.json")) as f:
-                    epoch = json.load(f)["epoch"]
+            try:
                 with open(os.path.join(folder, _WINDOWS_FILE)) as f:
-                    return epoch, json.load(f)
-        return 0, []
+                    windows = json.load(f)
+                with open(os.path.join(folder, "training_metadata.json")) as f:
+                    return folder, json.load(f)["epoch"], windows
+            except FileNotFoundError:
+                continue
+        return None, 0, []
 
     def _seed_states(self):
         return [v for v in self.model.variables if "seed_generator_state" in v.path]
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
-        seeds = os.path.join(self._latest, _SEEDS_FILE)
-        if os.path.isfile(seeds):
-            with np.load(seeds) as saved:
+        if os.path.isfile(self._seeds_path):
+            with np.load(self._seeds_path) as saved:
                 for index, variable in enumerate(self._seed_states()):
                     variable.assign(saved[str(index)])
 
     def _save_model(self):
-        os.makedirs(self.backup_dir, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=".state-", dir=self.backup_dir)
+        with chief_folder(self.backup_dir, self.strategy) as backup_dir:
+            self._save_to(backup_dir)
+
+    def _save_to(self, backup_dir):
+        os.makedirs(backup_dir, exist_ok=True)
+        latest = os.path.join(backup_dir, _STATE)
+        previous = os.path.join(backup_dir, _PREVIOUS_STATE)
+        staging = tempfile.mkdtemp(prefix=".state-", dir=backup_dir)
         self.model.save_weights(os.path.join(staging, "latest.weights.h5"))
         states = {str(i): keras.ops.convert_to_numpy(v) for i, v in enumerate(self._seed_states())}
         np.savez(os.path.join(staging, _SEEDS_FILE), **states)
@@ -138,11 +163,11 @@ class _AtomicBackup(keras.callbacks.BackupAndRestore):
         # Written last: restore_point() takes a folder holding it as complete.
         with open(os.path.join(staging, _WINDOWS_FILE), "w") as f:
             json.dump(self.logger.windows, f)
-        if os.path.isdir(self._latest):
-            shutil.rmtree(self._previous, ignore_errors=True)
-            os.rename(self._latest, self._previous)
-        os.rename(staging, self._latest)
-        shutil.rmtree(self._previous, ignore_errors=True)
+        if os.path.isdir(latest):
+            shutil.rmtree(previous, ignore_errors=True)
+            os.rename(latest, previous)
+        os.rename(staging, latest)
+        shutil.rmtree(previous, ignore_errors=True)
 
 
 class _WindowLogger(keras.callbacks.Callback):
@@ -223,6 +248,7 @@ def pretrain(
     seed=0,
     checkpoint_every=None,
     deterministic=False,
+    strategy="auto",
     verbose="auto",
 ):
     """Pretrains BERT with masked LM and next-sentence prediction; writes `out`.
@@ -265,9 +291,18 @@ def pretrain(
             uninterrupted run. Needs records or a deterministic dataset.
         deterministic: bool. `tf.config.experimental.enable_op_determinism()`
             (process-wide): bitwise reproducible runs, somewhat slower.
+        strategy: str or `tf.distribute.Strategy`. A name from
+            `kbert.training.distribute.STRATEGIES` or a strategy made with
+            `get_strategy` (make it before any `tf.data` pipeline for
+            "multiworker"); the model is built and compiled in its scope, with
+            XLA per replica, and `batch_size` is global. With several workers
+            every worker runs this same call on the same `out` (shared
+            storage): only the chief writes it; a killed cluster restarted
+            with the same calls resumes from `backup/`.
 
     Returns:
-        The dict written to `history.json`.
+        The dict written to `history.json`; its "weights_sha256" lets the
+        workers of a cluster check that they ended with the same weights.
 
     Example:
     >>> pretrain("records", "runs/mini", "records/vocab.txt")  # doctest: +SKIP
@@ -302,103 +337,151 @@ def pretrain(
         import tensorflow as tf
 
         tf.config.experimental.enable_op_determinism()
+    strategy = get_strategy(strategy)
     keras.utils.set_random_seed(seed)
-    config, model, checkpoint_lowercase = _build_model(init, vocabulary, dtype)
-    if checkpoint_lowercase is not None:
-        lowercase = checkpoint_lowercase
-    train = _as_dataset(train_data, batch_size, seed, repeat=True)
-    evaluation = None if eval_data is None else _as_dataset(eval_data, batch_size, seed, True)
+    train = _distributable(_as_dataset(train_data, batch_size, seed, repeat=True), strategy)
+    evaluation = None
+    if eval_data is not None:
+        evaluation = _distributable(_as_dataset(eval_data, batch_size, seed, True), strategy)
     features = train.element_spec[0]
     seq_len = features["token_ids"].shape[1]
-    optimizer_instance = make_optimizer(
-        optimizer,
-        learning_rate,
-        num_train_steps,
-        warmup_steps=num_warmup_steps,
-        weight_decay=weight_decay,
-    )
-    if keras.dtype_policies.get(dtype or keras.config.dtype_policy()).name == "mixed_float16":
-        # float16 gradients underflow without loss scaling; Keras only adds it
-        # by itself when the model's own policy (not its layers') is float16.
-        optimizer_instance = keras.optimizers.LossScaleOptimizer(optimizer_instance)
-    model.compile(optimizer=optimizer_instance, jit_compile=jit_compile)
+    global_batch_size = features["token_ids"].shape[0] or batch_size
+    log_batch_sizes(strategy, global_batch_size)
+    with strategy.scope():
+        config, model, checkpoint_lowercase = _build_model(init, vocabulary, dtype)
+        optimizer_instance = make_optimizer(
+            optimizer,
+            learning_rate,
+            num_train_steps,
+            warmup_steps=num_warmup_steps,
+            weight_decay=weight_decay,
+        )
+        if keras.dtype_policies.get(dtype or keras.config.dtype_policy()).name == "mixed_float16":
+            # float16 gradients underflow without loss scaling; Keras only adds it
+            # by itself when the model's own policy (not its layers') is float16.
+            optimizer_instance = keras.optimizers.LossScaleOptimizer(optimizer_instance)
+        compile_for_strategy(model, strategy, jit_compile=jit_compile, optimizer=optimizer_instance)
+        if checkpoint_every is not None and not model.built:
+            # BackupAndRestore restores into built models only.
+            model(next(iter(train.take(1)))[0])
+    if checkpoint_lowercase is not None:
+        lowercase = checkpoint_lowercase
     if verbose == "auto":
         verbose = 1 if sys.stdout.isatty() else 2
-    logger = _WindowLogger(features["token_ids"].shape[0] or batch_size, seq_len)
-    callbacks = [logger, _tensorboard(os.path.join(out, LOGS_FOLDER))]
-    done_windows = 0
-    if checkpoint_every is not None:
-        done_windows, logger.windows = _AtomicBackup.restore_point(backup_dir)
-        logger.step = done_windows * log_every
-        if not model.built:  # BackupAndRestore restores into built models only
-            model(next(iter(train.take(1)))[0])
-        callbacks.append(_AtomicBackup(backup_dir, logger))
-    # Windows of log_every steps (Keras epochs), then one shorter window for
-    # the remainder. Each fit() starts its data where the steps before left
-    # it, so an interrupted run skips exactly the batches it consumed.
-    full_windows, remainder = divmod(num_train_steps, log_every)
-    start = time.perf_counter()
-    if full_windows:
-        model.fit(
-            train.skip(done_windows * log_every),
-            epochs=full_windows,
-            steps_per_epoch=log_every,
-            validation_data=evaluation,
-            validation_steps=eval_steps if evaluation is not None else None,
-            callbacks=callbacks,
-            shuffle=False,  # the dataset shuffles itself
-            verbose=verbose,
-        )
-    if remainder:
-        model.fit(
-            train.skip(full_windows * log_every),
-            initial_epoch=full_windows,
-            epochs=full_windows + 1,
-            steps_per_epoch=remainder,
-            validation_data=evaluation,
-            validation_steps=eval_steps if evaluation is not None else None,
-            callbacks=[logger, callbacks[1]],
-            shuffle=False,
-            verbose=verbose,
-        )
-    train_seconds = time.perf_counter() - start
+    logger = _WindowLogger(global_batch_size, seq_len)
+    # Workers other than the chief write everything (logs, checkpoints, the
+    # final model) to a scratch folder deleted at the end.
+    with chief_folder(out, strategy) as out_folder:
+        callbacks = [logger, _tensorboard(os.path.join(out_folder, LOGS_FOLDER))]
+        done_windows = 0
+        if checkpoint_every is not None:
+            backup = _AtomicBackup(backup_dir, logger, strategy)
+            done_windows, logger.windows = backup.restored_epoch, backup.restored_windows
+            logger.step = done_windows * log_every
+            callbacks.append(backup)
+        # Windows of log_every steps (Keras epochs), then one shorter window for
+        # the remainder. Each fit() starts its data where the steps before left
+        # it, so an interrupted run skips exactly the batches it consumed.
+        full_windows, remainder = divmod(num_train_steps, log_every)
+        start = time.perf_counter()
+        if full_windows:
+            model.fit(
+                train.skip(done_windows * log_every),
+                epochs=full_windows,
+                steps_per_epoch=log_every,
+                validation_data=evaluation,
+                validation_steps=eval_steps if evaluation is not None else None,
+                callbacks=callbacks,
+                shuffle=False,  # the dataset shuffles itself
+                verbose=verbose,
+            )
+        if remainder:
+            model.fit(
+                train.skip(full_windows * log_every),
+                initial_epoch=full_windows,
+                epochs=full_windows + 1,
+                steps_per_epoch=remainder,
+                validation_data=evaluation,
+                validation_steps=eval_steps if evaluation is not None else None,
+                callbacks=[logger, callbacks[1]],
+                shuffle=False,
+                verbose=verbose,
+            )
+        train_seconds = time.perf_counter() - start
 
-    # The first window includes XLA compilation; leave it out when there are others.
-    timed = logger.windows[1:] or logger.windows
-    sequences_per_second = statistics.median(w["sequences_per_second"] for w in timed)
-    history = {
-        "settings": {
-            "init": init if isinstance(init, str) else "BertConfig",
-            "bert_config": config.to_dict(),
-            "optimizer": optimizer,
-            "learning_rate": learning_rate,
-            "num_train_steps": num_train_steps,
-            "num_warmup_steps": num_warmup_steps,
-            "weight_decay": weight_decay,
-            "batch_size": logger.batch_size,
-            "seq_len": seq_len,
-            "jit_compile": jit_compile,
-            "dtype": dtype,
-            "loss_scaling": isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer),
-            "seed": seed,
-            "checkpoint_every": checkpoint_every,
-            "deterministic": deterministic,
-            "backend": keras.backend.backend(),
-        },
-        "windows": logger.windows,
-        "final": logger.windows[-1],
-        "throughput": {
-            "sequences_per_second": sequences_per_second,
-            "tokens_per_second": round(sequences_per_second * seq_len, 1),
-            "train_seconds": round(train_seconds, 1),
-        },
-    }
-    if isinstance(train_data, (str, os.PathLike)) and os.path.isdir(train_data):
-        try:
-            history["data"] = read_metadata(train_data)
-        except ValueError:
-            pass
+        # The first window includes XLA compilation; leave it out when there are others.
+        timed = logger.windows[1:] or logger.windows
+        sequences_per_second = statistics.median(w["sequences_per_second"] for w in timed)
+        history = {
+            "settings": {
+                "init": init if isinstance(init, str) else "BertConfig",
+                "bert_config": config.to_dict(),
+                "optimizer": optimizer,
+                "learning_rate": learning_rate,
+                "num_train_steps": num_train_steps,
+                "num_warmup_steps": num_warmup_steps,
+                "weight_decay": weight_decay,
+                "batch_size": logger.batch_size,
+                "seq_len": seq_len,
+                "jit_compile": jit_compile,
+                "xla_compiled": is_xla_compiled(model),
+                "dtype": dtype,
+                "loss_scaling": isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer),
+                "seed": seed,
+                "checkpoint_every": checkpoint_every,
+                "deterministic": deterministic,
+                "strategy": type(strategy).__name__,
+                "num_replicas": strategy.num_replicas_in_sync,
+                "backend": keras.backend.backend(),
+            },
+            "windows": logger.windows,
+            "final": logger.windows[-1],
+            "weights_sha256": _weights_digest(model),
+            "throughput": {
+                "sequences_per_second": sequences_per_second,
+                "tokens_per_second": round(sequences_per_second * seq_len, 1),
+                "train_seconds": round(train_seconds, 1),
+            },
+        }
+        if isinstance(train_data, (str, os.PathLike)) and os.path.isdir(train_data):
+            try:
+                history["data"] = read_metadata(train_data)
+            except ValueError:
+                pass
+        _write_outputs(out_folder, model, config, vocabulary, lowercase, history)
+    if is_chief(strategy):
+        shutil.rmtree(backup_dir, ignore_errors=True)
+    return history
 
+
+def _weights_digest(model):
+    """SHA-256 of every model weight's bytes: equal on workers that agree bit for bit."""
+    digest = hashlib.sha256()
+    for weight in model.get_weights():
+        digest.update(np.ascontiguousarray(weight).tobytes())
+    return digest.hexdigest()
+
+
+def _distributable(dataset, strategy):
+    """`dataset` sharded by batch across workers, so that resuming skips exactly.
+
+    TensorFlow's default (AUTO) gives each worker whole record files when
+    there are enough of them; each worker's batches are then halves of
+    *its own* global batches, and `skip(n)` on a resume would skip a
+    different number of examples per worker than were trained on. With DATA
+    sharding every worker reads the same global batches and keeps its part.
+    """
+    import tensorflow as tf
+
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return dataset
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.with_options(options)
+
+
+def _write_outputs(out, model, config, vocabulary, lowercase, history):
+    """Writes `encoder/`, the pretrainer weights and `history.json` into `out`, atomically."""
     os.makedirs(out, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".kbert-", dir=out)
     try:
@@ -420,6 +503,4 @@ def pretrain(
             os.replace(os.path.join(staging, name), target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    shutil.rmtree(backup_dir, ignore_errors=True)
-    return history
 
