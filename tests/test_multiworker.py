@@ -1,0 +1,167 @@
+"""`kbert pretrain --strategy multiworker`: two workers on localhost, then a SIGKILL.
+
+Each worker is `python -m kbert.cli pretrain ... --strategy multiworker` with
+its own `TF_CONFIG` (two free loopback ports picked at test time), on the
+tiny records of `test_pretrain_cli`. Every wait is bounded, so a hung
+collective fails the test instead of blocking CI.
+
+What TensorFlow 2.21 does when one MultiWorkerMirroredStrategy worker is
+SIGKILLed, as checked here: the survivor neither goes on alone nor waits for
+a replacement. The coordination service notices the missing heartbeats and
+aborts its collectives; its next all-reduce raises `UnavailableError` ("The
+following tasks are unhealthy (stopped sending heartbeats)") and it exits
+with status 1, about 20 s after the kill. Both workers are then restarted
+with the same commands (what a cluster scheduler does) and resume from the
+chief's last checkpoint. With `--deterministic` the resumed run ends with the
+uninterrupted run's weights and optimizer state bit for bit: the collectives'
+ring order is fixed, and every worker skips the same global batches (DATA
+sharding), so nothing differs across the kill.
+
+About 2.5 minutes on two busy CPU cores, mostly TensorFlow start-up, XLA
+compilation and the survivor's 20 s wait: marked slow.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from kbert.cli import main
+from kbert.pretraining.train import BACKUP_FOLDER, HISTORY_FILE, WEIGHTS_FILE
+from tests.test_pretrain_cli import ROOT, records, weights  # noqa: F401 (records: fixture)
+
+STEPS, CHECKPOINT_EVERY = 16, 4
+# Bounds each cluster run (XLA compilation included) and the survivor's wait.
+WORKER_TIMEOUT_S = 180
+SURVIVOR_TIMEOUT_S = 90
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def start_worker(records, config, out, ports, index):
+    tf_config = {
+        "cluster": {"worker": [f"localhost:{port}" for port in ports]},
+        "task": {"type": "worker", "index": index},
+    }
+    env = dict(
+        os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", TF_CONFIG=json.dumps(tf_config)
+    )
+    command = [
+        sys.executable, "-m", "kbert.cli", "pretrain", "--records", str(records),
+        "--config", str(config), "--steps", str(STEPS),
+        "--checkpoint-every", str(CHECKPOINT_EVERY), "--batch-size", "8", "--seq-len", "32",
+        "--lr", "1e-2", "--deterministic", "--seed", "7", "--strategy", "multiworker",
+        "--out", str(out),
+    ]
+    return subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def start_cluster(records, config, out):
+    ports = free_ports(2)
+    return [start_worker(records, config, out, ports, index) for index in range(2)]
+
+
+def finish(workers, timeout=WORKER_TIMEOUT_S):
+    """The final JSON line of each worker; every worker is killed on a timeout."""
+    deadline = time.monotonic() + timeout
+    outputs = []
+    try:
+        for worker in workers:
+            output, _ = worker.communicate(timeout=max(1, deadline - time.monotonic()))
+            assert worker.returncode == 0, output[-3000:]
+            outputs.append(output)
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.communicate()
+    return outputs, [json.loads(o.strip().splitlines()[-1]) for o in outputs]
+
+
+@pytest.mark.slow
+def test_two_workers_agree_and_resume_after_sigkill(records, tmp_path):
+    records, config = records
+    uninterrupted, resumed = tmp_path / "uninterrupted", tmp_path / "resumed"
+    # The reference cluster and the cluster to kill share the cores.
+    reference = start_cluster(records, config, uninterrupted)
+    victims = start_cluster(records, config, resumed)
+    checkpoint = resumed / BACKUP_FOLDER / "latest" / "windows.json"
+    deadline = time.monotonic() + WORKER_TIMEOUT_S
+    while not checkpoint.exists() and victims[1].poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    victims[1].send_signal(signal.SIGKILL)
+    victims[1].communicate()
+    assert victims[1].returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    assert not (resumed / HISTORY_FILE).exists()
+
+    killed_at = time.monotonic()
+    # The survivor cannot go on alone: its next all-reduce is aborted once
+    # the coordination service misses the dead worker's heartbeats.
+    survivor_output, _ = victims[0].communicate(timeout=SURVIVOR_TIMEOUT_S)
+    survivor_seconds = time.monotonic() - killed_at
+    print(f"survivor ended {survivor_seconds:.1f}s after the kill, rc={victims[0].returncode}")
+    assert victims[0].returncode != 0, survivor_output[-3000:]
+    assert "UnavailableError" in survivor_output and "stopped sending heartbeats" in survivor_output
+    assert not (resumed / HISTORY_FILE).exists()
+    steps_done = CHECKPOINT_EVERY * json.loads(
+        (resumed / BACKUP_FOLDER / "latest" / "training_metadata.json").read_text()
+    )["epoch"]
+    assert 0 < steps_done < STEPS
+
+    # Restarted with the same commands, the cluster resumes from backup/.
+    outputs, summaries = finish(start_cluster(records, config, resumed))
+    reference_outputs, reference_summaries = finish(reference)
+
+    # (a) Both workers end with the same weights, bit for bit, in both runs.
+    for summaries_ in (reference_summaries, summaries):
+        assert summaries_[0]["weights_sha256"] == summaries_[1]["weights_sha256"]
+        assert [s["final"]["step"] for s in summaries_] == [STEPS, STEPS]
+    assert all("global batch 8 = 2 replicas x 4 per replica" in o for o in reference_outputs)
+    expected_history = json.loads((uninterrupted / HISTORY_FILE).read_text())
+    settings = expected_history["settings"]
+    assert settings["num_replicas"] == 2 and settings["xla_compiled"], settings
+    # Only the chief wrote: one history, no scratch folders left in the run folders.
+    assert sorted(os.listdir(uninterrupted)) == sorted(os.listdir(resumed))
+
+    # (b) Resumed at the checkpoint: the windows before it were not run again.
+    assert all(o.count("Epoch ") == (STEPS - steps_done) // CHECKPOINT_EVERY for o in outputs)
+    assert not (resumed / BACKUP_FOLDER).exists()
+    history = json.loads((resumed / HISTORY_FILE).read_text())
+    assert [w["step"] for w in history["windows"]] == list(range(4, STEPS + 1, 4))
+    assert history["windows"][-1]["loss"] == expected_history["windows"][-1]["loss"]
+    # Op determinism, the same data position and ring all-reduce order: the
+    # same weights, optimizer moments and step counter as the uninterrupted
+    # cluster, bit for bit (tolerance 0).
+    assert summaries[0]["weights_sha256"] == reference_summaries[0]["weights_sha256"]
+    expected, actual = weights(uninterrupted / WEIGHTS_FILE), weights(resumed / WEIGHTS_FILE)
+    assert sorted(actual) == sorted(expected) and any("optimizer" in name for name in actual)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(actual[name], value, err_msg=name)
+
+
+def test_bad_strategy_is_a_one_line_error(records, tmp_path, capsys, monkeypatch):
+    records, config = records
+    command = ["pretrain", "--records", str(records), "--config", str(config), "--steps", "2",
+               "--out", str(tmp_path / "run")]
+    assert main([*command, "--strategy", "horovod"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "strategy='horovod' is not one of" in error and "\n" not in error
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    assert main([*command, "--strategy", "multiworker"]) == 2
+    assert "needs TF_CONFIG" in capsys.readouterr().err
