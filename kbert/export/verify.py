@@ -105,6 +105,17 @@ def _megabytes(size):
     return f"{size / 2**20:.1f} MiB"
 
 
+def _as_trained(figures):
+    """The sentence on a mixed-precision model's own figures, if it has them."""
+    if not figures:
+        return "."
+    return (
+        f" in float32; as trained ({figures['compute_dtype']} compute): accuracy "
+        f"{100 * figures['accuracy']:.2f}%, top-1 agreement with float32 "
+        f"{100 * figures['top1_agreement']:.2f}%, max abs diff {figures['max_abs_diff']:.2e}."
+    )
+
+
 def markdown_report(report):
     """The report as a Markdown table with a heading line of context."""
     keras_figures = report["keras"]
@@ -115,7 +126,8 @@ def markdown_report(report):
         f"{report['sequence_length']}; latency is batch 1, median of "
         f"{report['latency_runs']} runs on {report['threads']} threads. Keras model: "
         f"accuracy {100 * keras_figures['accuracy']:.2f}%, macro-F1 "
-        f"{100 * keras_figures['macro_f1']:.2f}, {keras_figures['latency']['median_ms']:.2f} ms.",
+        f"{100 * keras_figures['macro_f1']:.2f}, {keras_figures['latency']['median_ms']:.2f} ms"
+        + _as_trained(keras_figures.get("as_trained")),
         "",
         "| " + " | ".join(name for name, _ in _COLUMNS) + " |",
         "| " + " | ".join("---" for _ in _COLUMNS) + " |",

@@ -28,7 +28,12 @@ from kbert.config import BertConfig
 from kbert.fileio import replace_folder
 from kbert.models import bert_classifier, rewire_encoder
 from kbert.text import BertPreprocessor, WordPieceTokenizer, load_vocab, save_vocab
-from kbert.training.distribute import compile_for_strategy, get_strategy, log_batch_sizes
+from kbert.training.distribute import (
+    chief_folder,
+    compile_for_strategy,
+    get_strategy,
+    log_batch_sizes,
+)
 from kbert.training.optimizers import make_optimizer
 
 # BERT paper, section 4/A.3: warm up over the first 10% of steps.
@@ -291,7 +296,9 @@ def finetune(
         "init": init,
         "dtype": dtype,
     }
-    _write_model_folder(out, model, vocabulary, label_names, settings, metrics)
+    # Under MultiWorkerMirroredStrategy only the chief writes `out`.
+    with chief_folder(out, strategy) as folder:
+        _write_model_folder(folder, model, vocabulary, label_names, settings, metrics)
     return metrics
 
 
@@ -357,6 +364,25 @@ class FinetunedModel:
         except Exception as error:  # Keras raises many types for a broken archive.
             raise ValueError(f"{paths[MODEL_FILE]} could not be loaded: {error}") from None
         return cls(model, load_vocab(paths[VOCAB_FILE]), labels, settings)
+
+    @property
+    def compute_dtype(self):
+        """The dtype the encoder computes in: "bfloat16" for a mixed_bfloat16 model."""
+        return self.model.get_layer("bert_encoder").get_layer("token_embedding").compute_dtype
+
+    def float32_model(self):
+        """The classifier computing in float32, on a copy of the same weights.
+
+        A model trained under mixed precision keeps float32 variables but
+        computes in bfloat16 or float16; exported artefacts compute in float32,
+        and this is the Keras model they are held to. Returns `self.model` when
+        it already computes in float32.
+        """
+        if self.compute_dtype == "float32":
+            return self.model
+        model = bert_classifier(self.config, len(self.labels), dtype="float32")
+        model.set_weights(self.model.get_weights())
+        return model
 
     @property
     def encoder(self):
