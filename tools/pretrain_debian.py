@@ -106,6 +106,29 @@ def plot_curves(history, path):
     plt.close(figure)
 
 
+def pretrain_stage(args, train_shards, eval_shards, model_dir, vocabulary):
+    """Stage 3: pretraining with `kbert.pretraining.pretrain`; returns its history."""
+    from kbert.pretraining import pretrain
+
+    return pretrain(
+        train_shards,
+        model_dir,
+        vocabulary,
+        init=args.preset,
+        eval_data=eval_shards,
+        batch_size=args.batch_size,
+        num_train_steps=args.steps,
+        num_warmup_steps=args.warmup_steps,
+        learning_rate=args.lr,
+        optimizer=args.optimizer,
+        log_every=args.log_every,
+        eval_steps=args.eval_steps,
+        jit_compile=not args.no_jit,
+        dtype="mixed_bfloat16" if args.mixed_precision else None,
+        seed=args.seed,
+    )
+
+
 def compare_finetuning(args, encoder, vocab_path):
     """Stage 4: fine-tunes from `encoder` and from random init; returns the comparison."""
     from kbert.training.finetune import finetune
@@ -130,10 +153,15 @@ def compare_finetuning(args, encoder, vocab_path):
         ("pretrained", encoder, None),
         ("random_init", args.preset, vocab_path),
     ):
-        print(f"[4/4] fine-tuning {name} ({init}) on {args.train}", flush=True)
-        metrics = finetune(
-            args.train, args.dev, init, os.path.join(folder, name), vocab=vocab, **settings
-        )
+        model_dir = os.path.join(folder, name)
+        if os.path.isfile(os.path.join(model_dir, "metrics.json")):
+            # e.g. random init copied from a run with the same vocab and settings
+            print(f"[4/4] fine-tuning {name}: reusing {model_dir}", flush=True)
+            with open(os.path.join(model_dir, "metrics.json")) as f:
+                metrics = json.load(f)
+        else:
+            print(f"[4/4] fine-tuning {name} ({init}) on {args.train}", flush=True)
+            metrics = finetune(args.train, args.dev, init, model_dir, vocab=vocab, **settings)
         comparison[name] = {k: metrics[k] for k in ("accuracy", "macro_f1", "n", "train_seconds")}
         print(json.dumps({name: comparison[name]}), flush=True)
     comparison["accuracy_gain"] = round(
@@ -147,12 +175,7 @@ def compare_finetuning(args, encoder, vocab_path):
 
 def main(argv=None):
     args = parse_args(argv)
-    from kbert.pretraining import (
-        learn_vocabulary,
-        pretrain,
-        read_metadata,
-        write_pretraining_data,
-    )
+    from kbert.pretraining import learn_vocabulary, read_metadata, write_pretraining_data
     from kbert.text import load_vocab, save_vocab
 
     os.makedirs(args.out, exist_ok=True)
@@ -198,24 +221,14 @@ def main(argv=None):
     )
 
     model_dir = os.path.join(args.out, "model")
-    print(f"[3/4] pretraining {args.preset} for {args.steps} steps into {model_dir}", flush=True)
-    history = pretrain(
-        train_shards,
-        model_dir,
-        vocabulary,
-        init=args.preset,
-        eval_data=eval_shards,
-        batch_size=args.batch_size,
-        num_train_steps=args.steps,
-        num_warmup_steps=args.warmup_steps,
-        learning_rate=args.lr,
-        optimizer=args.optimizer,
-        log_every=args.log_every,
-        eval_steps=args.eval_steps,
-        jit_compile=not args.no_jit,
-        dtype="mixed_bfloat16" if args.mixed_precision else None,
-        seed=args.seed,
-    )
+    history_path = os.path.join(model_dir, "history.json")
+    if os.path.isfile(history_path):
+        print(f"[3/4] pretraining: reusing {model_dir}", flush=True)
+        with open(history_path) as f:
+            history = json.load(f)
+    else:
+        print(f"[3/4] pretraining {args.preset} for {args.steps} steps into {model_dir}", flush=True)
+        history = pretrain_stage(args, train_shards, eval_shards, model_dir, vocabulary)
     plot_curves(history, os.path.join(args.out, "curves.png"))
     final = history["final"]
     summary = {
