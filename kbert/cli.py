@@ -8,7 +8,8 @@ import argparse
 import json
 import os
 import sys
-import tempfile
+
+from kbert.fileio import write_file
 
 # sentence-transformers' all-MiniLM-L6-v2 truncates at 256 word pieces.
 DEFAULT_EMBED_LENGTH = 256
@@ -42,18 +43,11 @@ def _read_texts(path):
 
 
 def _write_atomically(path, write):
-    """Calls `write(file)` on a temporary file beside `path`, then renames it."""
+    """`kbert.fileio.write_file`, with a one-line error when the folder is missing."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise CliError(f"{folder}: no such folder for {path}")
-    fd, tmp = tempfile.mkstemp(prefix=".kbert-", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_file(path, write)
 
 
 def cmd_finetune(args):

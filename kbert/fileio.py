@@ -1,4 +1,4 @@
-"""Writing output folders without leaving half-written ones behind."""
+"""Writing output files and folders without leaving half-written ones behind."""
 
 import os
 import shutil
@@ -19,3 +19,24 @@ def replace_folder(staging, out):
     os.rename(staging, out)
     if old:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def write_file(path, write, mode="wb", **open_kwargs):
+    """Calls `write(file)` on a temporary file beside `path`, then renames it to `path`.
+
+    `path` holds either its old content or the whole new one, never a part;
+    the temporary file is removed if `write` fails.
+
+    Args:
+        path: str. The file to write; its folder must exist.
+        write: callable taking the open file.
+        mode, **open_kwargs: how the file is opened ("wb", or "w" with an encoding).
+    """
+    fd, tmp = tempfile.mkstemp(prefix=".kbert-", dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, mode, **open_kwargs) as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

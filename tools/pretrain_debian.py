@@ -131,6 +131,7 @@ def pretrain_stage(args, train_shards, eval_shards, model_dir, vocabulary):
 
 def compare_finetuning(args, encoder, vocab_path):
     """Stage 4: fine-tunes from `encoder` and from random init; returns the comparison."""
+    from kbert.fileio import write_file
     from kbert.training.finetune import finetune
 
     folder = os.path.join(args.out, "finetune")
@@ -167,9 +168,7 @@ def compare_finetuning(args, encoder, vocab_path):
     comparison["accuracy_gain"] = round(
         comparison["pretrained"]["accuracy"] - comparison["random_init"]["accuracy"], 4
     )
-    with open(comparison_path + ".tmp", "w") as f:
-        json.dump(comparison, f, indent=2)
-    os.replace(comparison_path + ".tmp", comparison_path)
+    write_file(comparison_path, lambda f: json.dump(comparison, f, indent=2), "w")
     return comparison
 
 

@@ -38,6 +38,7 @@ from ai_edge_litert.interpreter import Interpreter
 from kbert.export import mediapipe_env, tflite
 from kbert.export.graph import classifier_encoder, classifier_logits
 from kbert.export.mediapipe_worker import LABELS_NAME, VOCAB_NAME
+from kbert.fileio import write_file
 from kbert.models.encoder import ENCODER_INPUTS
 from kbert.text import BertPreprocessor, WordPieceTokenizer
 from kbert.training.finetune import FinetunedModel, read_labelled_csv
@@ -575,14 +576,7 @@ def _check_labels(labels, num_classes):
 
 
 def _write_text(path, text):
-    fd, tmp = tempfile.mkstemp(prefix=".kbert-", dir=os.path.dirname(os.path.abspath(path)))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_file(path, lambda f: f.write(text), "w", encoding="utf-8")
 
 
 def _dtype_policy(model):

@@ -1,7 +1,8 @@
 """WordPiece vocabulary files: one token per line, the line number is the id."""
 
 import os
-import tempfile
+
+from kbert.fileio import write_file
 
 # The special tokens of BERT's vocabularies (google-research/bert and Hugging Face).
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -59,15 +60,8 @@ def save_vocab(tokens, path):
     path = os.fspath(path)
     tokens = list(tokens)
     validate_vocab(tokens, "tokens to save")
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp_path = tempfile.mkstemp(dir=folder, prefix=".vocab-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write("".join(token + "\n" for token in tokens))
-        os.replace(tmp_path, path)
-    except BaseException:
-        os.unlink(tmp_path)
-        raise
+    text = "".join(token + "\n" for token in tokens)
+    write_file(path, lambda f: f.write(text), "w", encoding="utf-8", newline="")
 
 
 def validate_vocab(tokens, source):
