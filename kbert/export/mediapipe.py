@@ -41,7 +41,7 @@ from kbert.export.mediapipe_worker import LABELS_NAME, VOCAB_NAME
 from kbert.fileio import write_file
 from kbert.models.encoder import ENCODER_INPUTS
 from kbert.text import BertPreprocessor, WordPieceTokenizer
-from kbert.training.finetune import FinetunedModel, read_labelled_csv
+from kbert.training.finetune import FinetunedModel, encoder_dtype_policy, read_labelled_csv
 
 # The metadata name of each kbert input; MediaPipe's BERT preprocessor and the
 # Task Library find their inputs by these names.
@@ -452,7 +452,7 @@ def compare_runtimes(
         "sequence_length": sequence_length,
         # Under mixed precision Keras computes in bfloat16/float16 while the
         # exported model is float32: conversion differences then include it.
-        "keras": {"dtype_policy": _dtype_policy(model)},
+        "keras": {"dtype_policy": encoder_dtype_policy(model).name},
         "litert_on_kbert_token_ids": {
             "top1_agreement_with_keras": float(np.mean(litert_probs.argmax(-1) == keras_top1)),
             "max_abs_probability_diff": _max_abs(litert_probs - keras_probs),
@@ -577,11 +577,6 @@ def _check_labels(labels, num_classes):
 
 def _write_text(path, text):
     write_file(path, lambda f: f.write(text), "w", encoding="utf-8")
-
-
-def _dtype_policy(model):
-    """The policy the encoder computes in (the outer Model reports float32 always)."""
-    return classifier_encoder(model).get_layer("token_embedding").dtype_policy.name
 
 
 def _lines(packed, name):

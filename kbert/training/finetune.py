@@ -318,6 +318,14 @@ def _write_model_folder(out, model, vocabulary, label_names, settings, metrics):
         raise
 
 
+def encoder_dtype_policy(model):
+    """The dtype policy a classifier's encoder computes under.
+
+    The outer functional Model reports float32 whatever its layers do.
+    """
+    return model.get_layer("bert_encoder").get_layer("token_embedding").dtype_policy
+
+
 class FinetunedModel:
     """A fine-tuned model folder loaded for inference.
 
@@ -368,7 +376,7 @@ class FinetunedModel:
     @property
     def compute_dtype(self):
         """The dtype the encoder computes in: "bfloat16" for a mixed_bfloat16 model."""
-        return self.model.get_layer("bert_encoder").get_layer("token_embedding").compute_dtype
+        return encoder_dtype_policy(self.model).compute_dtype
 
     def float32_model(self):
         """The classifier computing in float32, on a copy of the same weights.
