@@ -54,3 +54,19 @@ def test_benchmark_runs_under_jax_without_tensorflow(task, tmp_path):
     assert run["impl"] == "kbert" and run["xla"] and run["seq_per_s"] > 0
     assert report["peak_tflops"] == 989 and report["peak_source"] == "--peak-tflops"
     assert (tmp_path / f"benchmark_{task}_jax.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--inference-model", "no-such-folder"], "--inference-model no-such-folder: not a kbert model folder"),
+        (["--num-classes", "1"], "--num-classes 1: expected at least 2"),
+    ],
+)
+def test_benchmark_rejects_bad_arguments(arguments, message, tmp_path):
+    done = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tools", "benchmark.py"), "--out", str(tmp_path), *arguments],
+        cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S,
+    )
+    assert done.returncode == 2 and message in done.stderr.strip().splitlines()[-1]
+    assert list(tmp_path.iterdir()) == []

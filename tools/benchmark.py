@@ -219,6 +219,10 @@ def main():
         help="bert_tiny, seq 128, batch 4, float32, 2 timed steps: a smoke test",
     )
     args = parser.parse_args()
+    if args.inference_model and not os.path.isfile(os.path.join(args.inference_model, "model.keras")):
+        parser.error(f"--inference-model {args.inference_model}: not a kbert model folder (no model.keras)")
+    if args.num_classes < 2:
+        parser.error(f"--num-classes {args.num_classes}: expected at least 2")
     if args.quick:
         args.presets, args.seq_lens, args.dtypes = "bert_tiny", "128", "float32"
         args.batch_size, args.warmup_steps, args.steps = 4, 1, 2
