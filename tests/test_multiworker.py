@@ -7,10 +7,11 @@ collective fails the test instead of blocking CI.
 
 What TensorFlow 2.21 does when one MultiWorkerMirroredStrategy worker is
 SIGKILLed, as checked here: the survivor neither goes on alone nor waits for
-a replacement. The coordination service notices the missing heartbeats and
-aborts its collectives; its next all-reduce raises `UnavailableError` ("The
-following tasks are unhealthy (stopped sending heartbeats)") and it exits
-with status 1, about 20 s after the kill. Both workers are then restarted
+a replacement. Its next all-reduce raises `UnavailableError` and it exits
+with status 1, 10 to 20 s after the kill: either the coordination service
+missed the dead worker's heartbeats ("The following tasks are unhealthy
+(stopped sending heartbeats)") or the collective found the peer's connection
+gone first; which one comes first depends on timing. Both workers are then restarted
 with the same commands (what a cluster scheduler does) and resume from the
 chief's last checkpoint. With `--deterministic` the resumed run ends with the
 uninterrupted run's weights and optimizer state bit for bit: the collectives'
@@ -111,13 +112,13 @@ def test_two_workers_agree_and_resume_after_sigkill(records, tmp_path):
     assert not (resumed / HISTORY_FILE).exists()
 
     killed_at = time.monotonic()
-    # The survivor cannot go on alone: its next all-reduce is aborted once
-    # the coordination service misses the dead worker's heartbeats.
+    # The survivor cannot go on alone: its next all-reduce is aborted as
+    # unavailable (missed heartbeats, or the peer's connection gone).
     survivor_output, _ = victims[0].communicate(timeout=SURVIVOR_TIMEOUT_S)
     survivor_seconds = time.monotonic() - killed_at
     print(f"survivor ended {survivor_seconds:.1f}s after the kill, rc={victims[0].returncode}")
     assert victims[0].returncode != 0, survivor_output[-3000:]
-    assert "UnavailableError" in survivor_output and "stopped sending heartbeats" in survivor_output
+    assert "UnavailableError" in survivor_output, survivor_output[-3000:]
     assert not (resumed / HISTORY_FILE).exists()
     steps_done = CHECKPOINT_EVERY * json.loads(
         (resumed / BACKUP_FOLDER / "latest" / "training_metadata.json").read_text()
