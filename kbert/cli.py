@@ -251,8 +251,12 @@ def cmd_pretrain(args):
     }))
 
 
-def _positive_int(value):
-    number = int(value)
+def positive_int(value):
+    """An `argparse` type: an integer of at least 1."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
     if number < 1:
         raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
     return number
@@ -275,9 +279,9 @@ def build_parser():
         help="Hugging Face checkpoint folder, 'all-minilm-l6-v2', or a BertConfig preset",
     )
     p.add_argument("--vocab", help="vocab.txt (required when --init is a preset)")
-    p.add_argument("--seq-len", type=_positive_int, default=128)
-    p.add_argument("--batch-size", type=_positive_int, default=32)
-    p.add_argument("--epochs", type=_positive_int, default=3)
+    p.add_argument("--seq-len", type=positive_int, default=128)
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--epochs", type=positive_int, default=3)
     p.add_argument("--lr", type=float, default=5e-5, help="peak learning rate")
     p.add_argument("--xla", action="store_true", help="compile the train step with XLA")
     p.add_argument("--dtype", default=None, help="dtype policy, e.g. mixed_bfloat16")
@@ -296,14 +300,14 @@ def build_parser():
     p.add_argument("--data", required=True, help="labelled CSV")
     p.add_argument("--text-column", default="text")
     p.add_argument("--label-column", default="label")
-    p.add_argument("--batch-size", type=_positive_int, default=64)
+    p.add_argument("--batch-size", type=positive_int, default=64)
     p.set_defaults(run=cmd_evaluate)
 
     p = sub.add_parser("predict", help="labels and scores as JSON lines")
     p.add_argument("--model", required=True, help="fine-tuned model folder")
     p.add_argument("texts", nargs="*", metavar="TEXT")
     p.add_argument("--input", help="a .txt file (one text per line) or a .json list")
-    p.add_argument("--batch-size", type=_positive_int, default=64)
+    p.add_argument("--batch-size", type=positive_int, default=64)
     p.set_defaults(run=cmd_predict)
 
     p = sub.add_parser("embed", help="L2-normalised sentence embeddings to a .npy file")
@@ -313,8 +317,8 @@ def build_parser():
     )
     p.add_argument("--input", required=True, help="a .txt file (one text per line) or a .json list")
     p.add_argument("--output", required=True, help="the .npy file to write")
-    p.add_argument("--seq-len", type=_positive_int, default=DEFAULT_EMBED_LENGTH)
-    p.add_argument("--batch-size", type=_positive_int, default=64)
+    p.add_argument("--seq-len", type=positive_int, default=DEFAULT_EMBED_LENGTH)
+    p.add_argument("--batch-size", type=positive_int, default=64)
     p.set_defaults(run=cmd_embed)
 
     p = sub.add_parser("tokenize", help="WordPiece ids with [CLS]/[SEP], one JSON list per text")
@@ -325,9 +329,9 @@ def build_parser():
 
     p = sub.add_parser("vocab", help="learn a WordPiece vocab.txt from raw text")
     p.add_argument("--corpus", required=True, help="text file(s) or glob; .gz read transparently")
-    p.add_argument("--size", required=True, type=_positive_int, help="largest vocabulary")
+    p.add_argument("--size", required=True, type=positive_int, help="largest vocabulary")
     p.add_argument("--cased", action="store_true", help="keep case and accents")
-    p.add_argument("--min-count", type=_positive_int, default=10, help="rarest piece kept")
+    p.add_argument("--min-count", type=positive_int, default=10, help="rarest piece kept")
     p.add_argument("--out", required=True, help="vocab.txt to write")
     p.set_defaults(run=cmd_vocab)
 
@@ -341,15 +345,15 @@ def build_parser():
     p.add_argument("--vocab", required=True, help="vocab.txt")
     p.add_argument("--out", required=True, help="folder for the shards")
     p.add_argument("--cased", action="store_true", help="keep case and accents")
-    p.add_argument("--max-seq-length", type=_positive_int, default=128)
-    p.add_argument("--max-predictions-per-seq", type=_positive_int, default=20)
+    p.add_argument("--max-seq-length", type=positive_int, default=128)
+    p.add_argument("--max-predictions-per-seq", type=positive_int, default=20)
     p.add_argument("--masked-lm-prob", type=float, default=0.15)
-    p.add_argument("--dupe-factor", type=_positive_int, default=10)
+    p.add_argument("--dupe-factor", type=positive_int, default=10)
     p.add_argument("--short-seq-prob", type=float, default=0.1)
     p.add_argument("--whole-word-masking", action="store_true")
     p.add_argument("--random-seed", type=int, default=12345)
-    p.add_argument("--num-shards", type=_positive_int, default=16)
-    p.add_argument("--workers", type=_positive_int, default=None, help="default: CPU count")
+    p.add_argument("--num-shards", type=positive_int, default=16)
+    p.add_argument("--workers", type=positive_int, default=None, help="default: CPU count")
     p.add_argument("--overwrite", action="store_true", help="replace earlier shards in --out")
     p.set_defaults(run=cmd_pretraining_data)
 
@@ -365,19 +369,19 @@ def build_parser():
     )
     p.add_argument("--vocab", help="vocab.txt (default: the one in the --records folder)")
     p.add_argument("--cased", action="store_true", help="with --corpus: keep case and accents")
-    p.add_argument("--steps", type=_positive_int, required=True, help="optimizer steps")
-    p.add_argument("--batch-size", type=_positive_int, default=64)
-    p.add_argument("--seq-len", type=_positive_int, default=128)
+    p.add_argument("--steps", type=positive_int, required=True, help="optimizer steps")
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--seq-len", type=positive_int, default=128)
     p.add_argument(
-        "--max-predictions", type=_positive_int, default=20,
+        "--max-predictions", type=positive_int, default=20,
         help="with --corpus: most masked positions per sequence",
     )
     p.add_argument("--out", required=True, help="run folder (logs/, backup/, encoder/, ...)")
     p.add_argument(
-        "--checkpoint-every", type=_positive_int, default=None,
+        "--checkpoint-every", type=positive_int, default=None,
         help="save the training state every K steps; rerunning resumes from it",
     )
-    p.add_argument("--log-every", type=_positive_int, default=100, help="steps per logged window")
+    p.add_argument("--log-every", type=positive_int, default=100, help="steps per logged window")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate (LAMB: 1e-3)")
     p.add_argument("--optimizer", choices=["lamb", "adamw"], default="lamb")
     p.add_argument("--warmup-steps", type=int, default=None, help="default: 10%% of --steps")

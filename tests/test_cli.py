@@ -187,3 +187,21 @@ def test_unknown_strategy(trained, vocab, workdir, capsys):
                     "--init", "bert_tiny", "--vocab", vocab, "--strategy", "gpu-farm",
                     "--out", str(workdir / "s")], capsys)
     assert "strategy='gpu-farm'" in err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["vocab", "--corpus", "c.txt", "--size", "abc", "--out", "v.txt"],
+         "argument --size: 'abc' is not an integer"),
+        (["pretrain", "--records", "r", "--steps", "0", "--out", "o"],
+         "argument --steps: 0 is not a positive integer"),
+        (["export", "--model", "m", "--threads", "-2"],
+         "argument --threads: -2 is not a positive integer"),
+    ],
+)
+def test_counts_must_be_positive_integers(argv, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err

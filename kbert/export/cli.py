@@ -18,6 +18,7 @@ EXIT_OVER_BUDGET = 1
 
 def add_export_parser(subparsers):
     """Adds the `export` subcommand to an `argparse` subparsers object."""
+    from kbert.cli import positive_int
     from kbert.export.options import (
         DEFAULT_CALIBRATION_EXAMPLES,
         DEFAULT_LATENCY_RUNS,
@@ -54,18 +55,18 @@ def add_export_parser(subparsers):
         help="comma-separated quantizations; default all (each format gets those it supports)",
     )
     p.add_argument(
-        "--max-examples", type=_positive_int, default=None,
+        "--max-examples", type=positive_int, default=None,
         help="verify on the first N texts only (default: all)",
     )
     p.add_argument(
-        "--calibration-examples", type=_positive_int, default=DEFAULT_CALIBRATION_EXAMPLES,
+        "--calibration-examples", type=positive_int, default=DEFAULT_CALIBRATION_EXAMPLES,
         help="calibration texts used at most",
     )
     p.add_argument(
-        "--threads", type=_positive_int, default=DEFAULT_THREADS, help="threads of every runtime"
+        "--threads", type=positive_int, default=DEFAULT_THREADS, help="threads of every runtime"
     )
     p.add_argument(
-        "--latency-runs", type=_positive_int, default=DEFAULT_LATENCY_RUNS,
+        "--latency-runs", type=positive_int, default=DEFAULT_LATENCY_RUNS,
         help="timed batch-1 runs per artefact, after warm-up",
     )
     p.add_argument("--text-column", default="text")
@@ -104,15 +105,3 @@ def run_export(args):
 
 def _exit_on_sigterm(signum, frame):
     sys.exit(128 + signum)
-
-
-def _positive_int(value):
-    import argparse
-
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
-    return number
