@@ -195,6 +195,11 @@ def cmd_pretrain(args):
         # tf-text's RandomItemSelector draws masks with unseeded random ops,
         # which TensorFlow's op determinism refuses.
         raise CliError("--deterministic needs --records: masking --corpus on the fly is not")
+    if args.records and args.whole_word_masking:
+        raise CliError(
+            "--whole-word-masking needs --corpus: records carry their masks "
+            "(see kbert pretraining-data --whole-word-masking)"
+        )
     vocab = args.vocab
     lowercase = not args.cased
     if args.records and os.path.isdir(args.records):
@@ -221,6 +226,7 @@ def cmd_pretrain(args):
             args.max_predictions,
             lowercase=lowercase,
             seed=args.seed,
+            whole_word_masking=args.whole_word_masking,
         )
     kwargs = {} if args.lr is None else {"learning_rate": args.lr}
     history = pretrain(
@@ -375,6 +381,10 @@ def build_parser():
     p.add_argument(
         "--max-predictions", type=positive_int, default=20,
         help="with --corpus: most masked positions per sequence",
+    )
+    p.add_argument(
+        "--whole-word-masking", action="store_true",
+        help="with --corpus: mask all pieces of a chosen word",
     )
     p.add_argument("--out", required=True, help="run folder (logs/, backup/, encoder/, ...)")
     p.add_argument(

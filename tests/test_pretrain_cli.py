@@ -155,9 +155,28 @@ def test_cli_errors_are_one_line(records, tmp_path, capsys):
         "--deterministic", "--out", str(tmp_path / "run"),
     ]) == 2
     assert "--deterministic needs --records" in capsys.readouterr().err
+    assert main([
+        "pretrain", "--records", str(records), "--config", str(config), "--steps", "2",
+        "--whole-word-masking", "--out", str(tmp_path / "run"),
+    ]) == 2
+    assert "--whole-word-masking needs --corpus" in capsys.readouterr().err
     assert main(["vocab", "--corpus", str(tmp_path / "none.txt"), "--size", "3",
                  "--out", str(tmp_path / "v.txt")]) == 2
     with pytest.raises(SystemExit) as exit_info:
         main(["pretrain", "--records", "r", "--corpus", "c", "--config", "x", "--steps", "1",
               "--out", "o"])
     assert exit_info.value.code == 2
+
+
+def test_pretrain_from_raw_text_with_whole_word_masking(records, tmp_path):
+    records, config = records
+    out = tmp_path / "run"
+    assert main([
+        "pretrain", "--corpus", str(records.parent / "corpus.txt"),
+        "--vocab", str(records.parent / "vocab.txt"), "--config", str(config),
+        "--whole-word-masking", "--steps", "4", "--log-every", "2", "--batch-size", "8",
+        "--seq-len", "32", "--max-predictions", "5", "--no-jit", "--out", str(out),
+    ]) == 0
+    history = json.loads((out / HISTORY_FILE).read_text())
+    assert [w["step"] for w in history["windows"]] == [2, 4]
+    assert all(np.isfinite(w["masked_lm_loss"]) for w in history["windows"])

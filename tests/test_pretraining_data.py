@@ -237,3 +237,42 @@ def test_dynamic_masking_draws_new_masks_each_pass(corpus, vocabulary):
     share_kept = (picked == labels[:, :4]).mean()
     # ~250 predictions: 80% ± 3 standard deviations.
     assert 0.7 < share_masked < 0.9 and 0.03 < share_kept < 0.2
+
+
+def test_dynamic_whole_word_masking_predicts_every_piece_of_a_chosen_word(corpus):
+    lines = [line for document in corpus[1] for line in document]
+    # Small enough that many words are split into pieces.
+    vocabulary = learn_vocabulary(corpus[0], 100, min_count=2)
+    seq_len, max_predictions = 32, 8
+    dataset = make_dynamic_masking_dataset(
+        lines, vocabulary, 16, seq_len, max_predictions, shuffle_buffer=0, repeat=False,
+        whole_word_masking=True,
+    )
+    continuation = np.array([token.startswith("##") for token in vocabulary])
+    mask_id = vocabulary.index("[MASK]")
+    budget = min(max_predictions, int(np.ceil(0.15 * (seq_len - 2))))  # 5
+    words_masked = multi_piece_words = pieces = pieces_masked = 0
+    for features, labels, weights in dataset:
+        ids = features["token_ids"].numpy()
+        for row in range(len(ids)):
+            count = int(weights["masked_lm"][row].numpy().sum())
+            assert 1 <= count <= budget
+            positions = features["masked_lm_positions"][row].numpy()[:count]
+            assert (np.diff(positions) > 0).all() and positions[0] >= 1
+            assert positions[-1] < seq_len - 1
+            original = ids[row].copy()
+            original[positions] = labels["masked_lm"][row].numpy()[:count]
+            # google's grouping: a word is a piece and the ## pieces after it;
+            # the first body position starts a word even when it is a ## piece.
+            starts = ~continuation[original]
+            starts[[0, 1, seq_len - 1]] = True
+            word = np.cumsum(starts)
+            chosen = set(word[positions])
+            assert set(positions) == set(np.flatnonzero(np.isin(word, list(chosen))))
+            words_masked += len(chosen)
+            multi_piece_words += sum((word == w).sum() > 1 for w in chosen)
+            pieces += count
+            pieces_masked += int((ids[row][positions] == mask_id).sum())
+    assert words_masked > 200 and multi_piece_words > 20
+    # Each piece of a chosen word is replaced on its own, 80% by [MASK].
+    assert 0.7 < pieces_masked / pieces < 0.9

@@ -6,6 +6,10 @@ packs it into full-length sequences and masks them on the fly with tf-text's
 `RandomItemSelector` and `MaskValuesChooser`, so every pass over the corpus
 sees new masks. Sequences are single segments of contiguous text (no
 next-sentence pairs, as in RoBERTa): the next-sentence outputs get weight 0.
+
+With `whole_word_masking`, the items chosen are words (a piece and the `##`
+pieces after it, as google-research/bert groups them), and a chosen word has
+all its pieces predicted, each replaced 80/10/10 on its own.
 """
 
 import os
@@ -34,6 +38,7 @@ def make_dynamic_masking_dataset(
     shuffle_buffer=DEFAULT_SHUFFLE_BUFFER,
     repeat=True,
     seed=None,
+    whole_word_masking=False,
 ):
     """A `tf.data` pipeline of dynamically masked batches for `BertPretrainer.fit`.
 
@@ -56,6 +61,11 @@ def make_dynamic_masking_dataset(
             replays the same masks.
         seed: int or None. Seed of the sequence shuffle. The masks come from
             TensorFlow's random ops, reproducible under `tf.random.set_seed`.
+        whole_word_masking: bool. Choose whole words, as google-research/bert
+            does: words are taken in random order when their pieces still fit
+            the sequence's budget of `ceil(masked_lm_prob * maskable tokens)`,
+            at most `max_predictions`. A word cut by a sequence boundary
+            counts as two words.
 
     Returns:
         A `tf.data.Dataset` of `(features, labels, sample_weights)` with the
@@ -103,11 +113,15 @@ def make_dynamic_masking_dataset(
         dataset = dataset.shuffle(shuffle_buffer, seed=seed)
     dataset = dataset.batch(batch_size, drop_remainder=True)
 
-    selector = tf_text.RandomItemSelector(
+    selector_class = (
+        _whole_word_selector_class() if whole_word_masking else tf_text.RandomItemSelector
+    )
+    selector = selector_class(
         max_selections_per_batch=max_predictions,
         selection_rate=masked_lm_prob,
         unselectable_ids=[cls_id, sep_id, pad_id],
     )
+    continuation = tf.constant([token.startswith("##") for token in vocabulary])
     chooser = tf_text.MaskValuesChooser(
         len(vocabulary),
         tokenizer.mask_id,
@@ -120,9 +134,12 @@ def make_dynamic_masking_dataset(
         ids = tf.concat(
             [tf.fill([rows, 1], cls_id), body, tf.fill([rows, 1], sep_id)], axis=1
         )
-        masked, positions, labels = tf_text.mask_language_model(
-            tf.RaggedTensor.from_tensor(ids), selector, chooser
-        )
+        if whole_word_masking:
+            items = group_words(ids, continuation)
+        else:
+            items = tf.RaggedTensor.from_tensor(ids)
+        # masked: [rows, (tokens)] either way; positions index the tokens.
+        masked, positions, labels = tf_text.mask_language_model(items, selector, chooser)
         shape = [None, max_predictions]
         features = {
             "token_ids": masked.to_tensor(shape=[None, seq_len]),
@@ -141,3 +158,52 @@ def make_dynamic_masking_dataset(
         return features, labels, weights
 
     return dataset.map(mask, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def group_words(ids, continuation):
+    """`[rows, seq_len]` ids as a `[rows, (words), (pieces)]` RaggedTensor.
+
+    A word is a piece and the `##` pieces after it (`continuation[id]`); the
+    first two positions ([CLS] and the first body piece) and the last ([SEP])
+    always start a word, so a word cut by the sequence start stands alone.
+    """
+    import tensorflow as tf
+
+    seq_len = tf.shape(ids)[1]
+    column = tf.range(seq_len)[tf.newaxis, :]
+    starts = ~tf.gather(continuation, ids) | (column <= 1) | (column == seq_len - 1)
+    word_of_piece = tf.cumsum(tf.cast(tf.reshape(starts, [-1]), tf.int64)) - 1
+    pieces = tf.RaggedTensor.from_value_rowids(tf.reshape(ids, [-1]), word_of_piece)
+    return tf.RaggedTensor.from_row_lengths(pieces, tf.reduce_sum(tf.cast(starts, tf.int64), 1))
+
+
+def _whole_word_selector_class():
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+
+    class WholeWordSelector(tf_text.RandomItemSelector):
+        """Chooses words of a `[rows, (words), (pieces)]` batch within a piece budget."""
+
+        def get_selection_mask(self, input_ids, axis):
+            selectable = self.get_selectable(input_ids, axis)
+            sizes = tf.cast(input_ids.row_lengths(axis=2), tf.float32)
+            sizes = tf.where(selectable, sizes, tf.zeros_like(sizes)).to_tensor(0.0)
+            budget = tf.minimum(
+                tf.math.ceil(tf.reduce_sum(sizes, 1) * self.selection_rate),
+                float(self.max_selections_per_batch),
+            )
+            # A random order of each row's selectable words (the rest last),
+            # then google's loop: take a word if its pieces still fit.
+            priority = tf.where(sizes > 0, tf.random.uniform(tf.shape(sizes)), 2.0)
+            order = tf.argsort(priority, axis=1)
+            sizes_in_order = tf.transpose(tf.gather(sizes, order, batch_dims=1))
+
+            def take_if_it_fits(total, size):
+                return tf.where((size > 0) & (total + size <= budget), total + size, total)
+
+            totals = tf.scan(take_if_it_fits, sizes_in_order, initializer=tf.zeros_like(budget))
+            taken = tf.transpose(totals > tf.concat([tf.zeros_like(totals[:1]), totals[:-1]], 0))
+            chosen = tf.gather(taken, tf.argsort(order, axis=1), batch_dims=1)
+            return tf.RaggedTensor.from_tensor(chosen, lengths=selectable.row_lengths())
+
+    return WholeWordSelector
