@@ -16,7 +16,7 @@ Four stages, each skipped when its output is already in `--out`:
 The encoder lands in `model/encoder/` as a Hugging Face folder, so it can be
 fine-tuned with `kbert finetune --init <out>/model/encoder`.
 
-    # the README's hour on 2 CPU cores: AdamW 2e-3, 2700 steps of 64, bf16, no XLA
+    # the README's hour on 2 CPU cores: AdamW 1e-3, 2500 steps of 64, bf16, no XLA
     python tools/pretrain_debian.py --corpus corpus.txt.gz --out runs/pretrain-debian \\
         --warmup-steps 200 --mixed-precision --no-jit
     python tools/pretrain_debian.py --corpus corpus.txt.gz --out runs/smoke \\
@@ -49,11 +49,11 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=None, help="processes writing records")
     p.add_argument("--max-documents", type=int, default=None, help="use the first N documents")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--steps", type=int, default=2700)
+    p.add_argument("--steps", type=int, default=2500)
     p.add_argument("--warmup-steps", type=int, default=None, help="default: 10%% of --steps")
-    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--optimizer", choices=["lamb", "adamw"], default="adamw")
-    p.add_argument("--log-every", type=int, default=200)
+    p.add_argument("--log-every", type=int, default=125)
     p.add_argument("--eval-steps", type=int, default=20)
     p.add_argument("--mixed-precision", action="store_true", help="mixed_bfloat16")
     p.add_argument(
