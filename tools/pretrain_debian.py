@@ -65,7 +65,7 @@ def parse_args(argv=None):
     p.add_argument("--dev", default="data/debian-packages/dev.csv", help="stage 4 dev CSV")
     p.add_argument("--finetune-epochs", type=int, default=3)
     p.add_argument(
-        "--finetune-lr", type=float, nargs="+", default=[1e-4, 3e-4, 1e-3],
+        "--finetune-lr", type=float, nargs="+", default=[3e-4, 1e-3],
         help="peak learning rates tried for each encoder",
     )
     p.add_argument("--finetune-batch-size", type=int, default=32)
