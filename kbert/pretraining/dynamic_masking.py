@@ -113,15 +113,21 @@ def make_dynamic_masking_dataset(
         dataset = dataset.shuffle(shuffle_buffer, seed=seed)
     dataset = dataset.batch(batch_size, drop_remainder=True)
 
-    selector_class = (
-        _whole_word_selector_class() if whole_word_masking else tf_text.RandomItemSelector
-    )
+    if whole_word_masking:
+        continuation = tf.constant([token.startswith("##") for token in vocabulary])
+        selector_class = _whole_word_selector_class()
+
+        def to_items(ids):
+            return group_words(ids, continuation)
+
+    else:
+        selector_class = tf_text.RandomItemSelector
+        to_items = tf.RaggedTensor.from_tensor
     selector = selector_class(
         max_selections_per_batch=max_predictions,
         selection_rate=masked_lm_prob,
         unselectable_ids=[cls_id, sep_id, pad_id],
     )
-    continuation = tf.constant([token.startswith("##") for token in vocabulary])
     chooser = tf_text.MaskValuesChooser(
         len(vocabulary),
         tokenizer.mask_id,
@@ -134,12 +140,8 @@ def make_dynamic_masking_dataset(
         ids = tf.concat(
             [tf.fill([rows, 1], cls_id), body, tf.fill([rows, 1], sep_id)], axis=1
         )
-        if whole_word_masking:
-            items = group_words(ids, continuation)
-        else:
-            items = tf.RaggedTensor.from_tensor(ids)
         # masked: [rows, (tokens)] either way; positions index the tokens.
-        masked, positions, labels = tf_text.mask_language_model(items, selector, chooser)
+        masked, positions, labels = tf_text.mask_language_model(to_items(ids), selector, chooser)
         shape = [None, max_predictions]
         features = {
             "token_ids": masked.to_tensor(shape=[None, seq_len]),
