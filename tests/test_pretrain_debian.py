@@ -105,6 +105,8 @@ def test_every_stage_then_reuse(data, tmp_path, capsys):
     [
         (["--finetune-lr", "3e-4", "0"], "--finetune-lr 0: expected a positive learning rate"),
         (["--train", "missing.csv"], "missing.csv: no such CSV for fine-tuning"),
+        (["--steps", "0"], "argument --steps: 0 is not a positive integer"),
+        (["--finetune-epochs", "two"], "argument --finetune-epochs: 'two' is not an integer"),
     ],
 )
 def test_bad_arguments_stop_before_any_work(data, tmp_path, capsys, change, message):

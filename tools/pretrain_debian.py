@@ -34,27 +34,29 @@ SMOKE_CORPUS = "corpus-head.txt.gz"
 
 
 def parse_args(argv=None):
+    from kbert.cli import positive_int
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--corpus", required=True, help="one sentence per line, blank lines between documents"
     )
     p.add_argument("--out", default="runs/pretrain-debian")
     p.add_argument("--preset", default="bert_mini", help="model shape (bert_mini = L-4/H-256/A-4)")
-    p.add_argument("--vocab-size", type=int, default=8192)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--max-predictions", type=int, default=20)
-    p.add_argument("--dupe-factor", type=int, default=4)
+    p.add_argument("--vocab-size", type=positive_int, default=8192)
+    p.add_argument("--seq-len", type=positive_int, default=128)
+    p.add_argument("--max-predictions", type=positive_int, default=20)
+    p.add_argument("--dupe-factor", type=positive_int, default=4)
     p.add_argument("--whole-word-masking", action="store_true")
-    p.add_argument("--num-shards", type=int, default=16)
-    p.add_argument("--workers", type=int, default=None, help="processes writing records")
-    p.add_argument("--max-documents", type=int, default=None, help="use the first N documents")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--steps", type=int, default=2500)
+    p.add_argument("--num-shards", type=positive_int, default=16)
+    p.add_argument("--workers", type=positive_int, default=None, help="processes writing records")
+    p.add_argument("--max-documents", type=positive_int, default=None, help="use the first N documents")
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--steps", type=positive_int, default=2500)
     p.add_argument("--warmup-steps", type=int, default=None, help="default: 10%% of --steps")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--optimizer", choices=["lamb", "adamw"], default="adamw")
-    p.add_argument("--log-every", type=int, default=125)
-    p.add_argument("--eval-steps", type=int, default=20)
+    p.add_argument("--log-every", type=positive_int, default=125)
+    p.add_argument("--eval-steps", type=positive_int, default=20)
     p.add_argument("--mixed-precision", action="store_true", help="mixed_bfloat16")
     p.add_argument(
         "--no-jit", action="store_true",
@@ -63,12 +65,12 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--train", default="data/debian-packages/train.csv", help="stage 4 training CSV")
     p.add_argument("--dev", default="data/debian-packages/dev.csv", help="stage 4 dev CSV")
-    p.add_argument("--finetune-epochs", type=int, default=3)
+    p.add_argument("--finetune-epochs", type=positive_int, default=3)
     p.add_argument(
         "--finetune-lr", type=float, nargs="+", default=[3e-4, 1e-3],
         help="peak learning rates tried for each encoder",
     )
-    p.add_argument("--finetune-batch-size", type=int, default=32)
+    p.add_argument("--finetune-batch-size", type=positive_int, default=32)
     p.add_argument("--no-finetune", action="store_true", help="stop after stage 3")
     args = p.parse_args(argv)
     # Checked before an hour of pretraining, not after it.
