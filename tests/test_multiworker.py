@@ -73,8 +73,8 @@ def start_worker(records, config, out, ports, index):
     )
 
 
-def start_cluster(records, config, out):
-    ports = free_ports(2)
+def start_cluster(records, config, out, ports=None):
+    ports = ports or free_ports(2)
     return [start_worker(records, config, out, ports, index) for index in range(2)]
 
 
@@ -92,16 +92,24 @@ def finish(workers, timeout=WORKER_TIMEOUT_S):
             if worker.poll() is None:
                 worker.kill()
                 worker.communicate()
-    return outputs, [json.loads(o.strip().splitlines()[-1]) for o in outputs]
+    # The summary is the last JSON line: TensorFlow's coordination service may
+    # still log after it while the workers shut down.
+    return outputs, [
+        json.loads(next(line for line in reversed(o.splitlines()) if line.startswith("{")))
+        for o in outputs
+    ]
 
 
 @pytest.mark.slow
 def test_two_workers_agree_and_resume_after_sigkill(records, tmp_path):
     records, config = records
     uninterrupted, resumed = tmp_path / "uninterrupted", tmp_path / "resumed"
-    # The reference cluster and the cluster to kill share the cores.
-    reference = start_cluster(records, config, uninterrupted)
-    victims = start_cluster(records, config, resumed)
+    # The reference cluster and the cluster to kill share the cores. Their
+    # ports are picked together: picked apart, the second pick could get a
+    # port the first cluster has not bound yet.
+    ports = free_ports(4)
+    reference = start_cluster(records, config, uninterrupted, ports[:2])
+    victims = start_cluster(records, config, resumed, ports[2:])
     checkpoint = resumed / BACKUP_FOLDER / "latest" / "windows.json"
     deadline = time.monotonic() + WORKER_TIMEOUT_S
     while not checkpoint.exists() and victims[1].poll() is None and time.monotonic() < deadline:
