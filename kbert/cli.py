@@ -9,6 +9,7 @@ import json
 import os
 import sys
 
+from kbert.cliargs import add_task_options, learning_rate, positive_int
 from kbert.fileio import write_file
 
 # sentence-transformers' all-MiniLM-L6-v2 truncates at 256 word pieces.
@@ -50,16 +51,23 @@ def _write_atomically(path, write):
     write_file(path, write)
 
 
+def _task_options(args, names):
+    """The task data options given on the command line (None where not given)."""
+    return {name: getattr(args, name, None) for name in names}
+
+
 def cmd_finetune(args):
+    from kbert.tasks import get_task
     from kbert.training.finetune import finetune
 
+    task = get_task(args.task)
     metrics = finetune(
         args.train,
         args.dev,
         args.init,
         args.out,
-        text_column=args.text_column,
-        label_column=args.label_column,
+        task=args.task,
+        options=_task_options(args, [o.name for o in task.options]),
         sequence_length=args.seq_len,
         batch_size=args.batch_size,
         epochs=args.epochs,
@@ -69,54 +77,77 @@ def cmd_finetune(args):
         seed=args.seed,
         vocab=args.vocab,
         strategy=args.strategy,
+        overwrite=args.overwrite,
     )
-    summary = {k: metrics[k] for k in ("accuracy", "macro_f1", "n", "train_seconds")}
-    print(json.dumps({"model": args.out, "dev": summary}))
+    summary = {**task.summary(metrics), "train_seconds": metrics["train_seconds"]}
+    _print_json({"model": args.out, "task": args.task, "dev": summary})
+
+
+def _load_model_folder(args):
+    """The model folder of `--model` and its data options (stored, then given)."""
+    from kbert.modelfolder import ModelFolder
+
+    folder = ModelFolder.load(args.model)
+    stored = folder.settings.get("options") or {}
+    given = _task_options(args, [o.name for o in folder.task.options])
+    options = {**stored, **{k: v for k, v in given.items() if v is not None}}
+    return folder, options
 
 
 def cmd_evaluate(args):
-    from kbert.training.finetune import FinetunedModel, read_labelled_csv
-
-    model = FinetunedModel.load(args.model)
-    texts, labels = read_labelled_csv(args.data, args.text_column, args.label_column)
-    metrics = model.evaluate(texts, labels, source=args.data, batch_size=args.batch_size)
-    print(json.dumps(metrics))
+    folder, options = _load_model_folder(args)
+    examples = folder.task.read(args.data, options)
+    metrics = folder.evaluate(examples, source=args.data, batch_size=args.batch_size)
+    _print_json(metrics)
 
 
 def cmd_predict(args):
-    from kbert.training.finetune import FinetunedModel
-
     if bool(args.texts) == bool(args.input):
         raise CliError("give either TEXT arguments or --input FILE")
-    texts = args.texts or _read_texts(args.input)
-    model = FinetunedModel.load(args.model)
-    for row in model.predict(texts, batch_size=args.batch_size):
-        print(json.dumps(row, ensure_ascii=False))
+    folder, options = _load_model_folder(args)
+    task = folder.task
+    if args.input and os.path.splitext(args.input)[1].lower() in (".csv", ".tsv", ".jsonl"):
+        examples = task.read(args.input, options, targets=False)
+    else:
+        examples = task.examples_from_texts(args.texts or _read_texts(args.input))
+    rows = task.predict_json(examples, folder.predict(examples, batch_size=args.batch_size))
+    for row in rows:
+        _print_json(row)
+
+
+def _print_json(value):
+    """One JSON line on stdout; NaN and infinity are refused, never printed."""
+    try:
+        line = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise CliError("the result holds NaN or infinity; the model is broken") from None
+    print(line)
 
 
 def cmd_embed(args):
     import numpy as np
 
+    import tensorflow as tf
+
     from kbert.models import bert_embedder
+    from kbert.modelfolder import ModelFolder, is_model_folder
     from kbert.text import BertPreprocessor, WordPieceTokenizer
-    from kbert.training.finetune import SETTINGS_FILE, FinetunedModel, text_dataset
 
     texts = _read_texts(args.input)
     if not args.output.endswith(".npy"):
         raise CliError(f"--output {args.output}: expected a .npy file name")
-    if os.path.isfile(os.path.join(args.model, SETTINGS_FILE)):
-        finetuned = FinetunedModel.load(args.model)
-        config, encoder = finetuned.config, finetuned.encoder
-        vocabulary, lowercase = finetuned.vocabulary, finetuned.lowercase
+    if is_model_folder(args.model):
+        folder = ModelFolder.load(args.model)
+        config, encoder = folder.config, folder.encoder
+        vocabulary, lowercase = folder.vocabulary, folder.lowercase
     else:
         from kbert.checkpoints import load_hf_checkpoint
 
         config, vocabulary, lowercase, encoder = load_hf_checkpoint(args.model)
     length = min(args.seq_len, config.max_position_embeddings)
     preprocessor = BertPreprocessor(WordPieceTokenizer(vocabulary, lowercase=lowercase), length)
-    embeddings = bert_embedder(encoder).predict(
-        text_dataset(texts, preprocessor, args.batch_size), verbose=0
-    )
+    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(texts)).batch(args.batch_size)
+    embeddings = bert_embedder(encoder).predict(dataset.map(preprocessor), verbose=0)
     _write_atomically(args.output, lambda f: np.save(f, embeddings.astype("float32")))
     print(json.dumps({"output": args.output, "shape": list(embeddings.shape)}))
 
@@ -257,28 +288,21 @@ def cmd_pretrain(args):
     }))
 
 
-def positive_int(value):
-    """An `argparse` type: an integer of at least 1."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
-    return number
-
-
 def build_parser():
+    from kbert.tasks import DEFAULT_TASK, TASKS
+
     parser = argparse.ArgumentParser(
         prog="kbert", description="BERT for Keras 3: pretrain, fine-tune, evaluate, predict, embed."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("finetune", help="fine-tune a classifier on a labelled CSV")
-    p.add_argument("--train", required=True, help="training CSV")
-    p.add_argument("--dev", required=True, help="dev CSV, evaluated after training")
-    p.add_argument("--text-column", default="text")
-    p.add_argument("--label-column", default="label")
+    p = sub.add_parser("finetune", help="fine-tune a task (classification by default)")
+    p.add_argument(
+        "--task", default=DEFAULT_TASK, choices=list(TASKS),
+        help="the task; default %(default)s. " + "; ".join(f"{t.name}: {t.description}" for t in TASKS.values()),
+    )
+    p.add_argument("--train", required=True, help="training data, in the task's format")
+    p.add_argument("--dev", required=True, help="dev data, evaluated after training")
     p.add_argument(
         "--init",
         required=True,
@@ -288,7 +312,7 @@ def build_parser():
     p.add_argument("--seq-len", type=positive_int, default=128)
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--epochs", type=positive_int, default=3)
-    p.add_argument("--lr", type=float, default=5e-5, help="peak learning rate")
+    p.add_argument("--lr", type=learning_rate, default=5e-5, help="peak learning rate, in (0, 1]")
     p.add_argument("--xla", action="store_true", help="compile the train step with XLA")
     p.add_argument("--dtype", default=None, help="dtype policy, e.g. mixed_bfloat16")
     p.add_argument("--seed", type=int, default=0)
@@ -298,22 +322,30 @@ def build_parser():
         help="tf.distribute strategy: auto, default, mirrored, multiworker or tpu; "
         "--batch-size is the global batch",
     )
-    p.add_argument("--out", required=True, help="model folder to write")
+    p.add_argument("--out", required=True, help="model folder to write (a new or empty folder)")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace --out if it is a kbert model folder"
+    )
+    add_task_options(p)
     p.set_defaults(run=cmd_finetune)
 
-    p = sub.add_parser("evaluate", help="accuracy and macro-F1 of a model on a labelled CSV")
+    p = sub.add_parser("evaluate", help="the task's metrics of a model on a labelled file, as JSON")
     p.add_argument("--model", required=True, help="fine-tuned model folder")
-    p.add_argument("--data", required=True, help="labelled CSV")
-    p.add_argument("--text-column", default="text")
-    p.add_argument("--label-column", default="label")
+    p.add_argument("--data", required=True, help="labelled data in the task's format")
     p.add_argument("--batch-size", type=positive_int, default=64)
+    add_task_options(p, stored=True)
     p.set_defaults(run=cmd_evaluate)
 
-    p = sub.add_parser("predict", help="labels and scores as JSON lines")
+    p = sub.add_parser("predict", help="the task's predictions as JSON lines")
     p.add_argument("--model", required=True, help="fine-tuned model folder")
     p.add_argument("texts", nargs="*", metavar="TEXT")
-    p.add_argument("--input", help="a .txt file (one text per line) or a .json list")
+    p.add_argument(
+        "--input",
+        help="a .txt file (one text per line), a .json list, or a data file in the task's "
+        "format (.csv, .tsv, .jsonl)",
+    )
     p.add_argument("--batch-size", type=positive_int, default=64)
+    add_task_options(p, stored=True)
     p.set_defaults(run=cmd_predict)
 
     p = sub.add_parser("embed", help="L2-normalised sentence embeddings to a .npy file")

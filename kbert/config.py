@@ -3,6 +3,8 @@
 import dataclasses
 import json
 
+# Names of every kbert model's int32 inputs, each of shape (batch, length).
+ENCODER_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 # The activations a BERT checkpoint may name. "gelu" is the exact erf form that
 # google-research/bert and Hugging Face use; "gelu_approximate" is the tanh form
 # that keras-hub hard-codes (it differs by up to ~1e-3 per activation).

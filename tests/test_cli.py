@@ -64,7 +64,7 @@ def trained(workdir, vocab):
 
 def test_finetune_writes_model_folder(trained):
     files = sorted(os.listdir(trained["model"]))
-    assert files == ["kbert.json", "labels.json", "metrics.json", "model.keras", "vocab.txt"]
+    assert files == ["kbert.json", "metrics.json", "model.keras", "vocab.txt"]
     with open(os.path.join(trained["model"], "metrics.json")) as f:
         metrics = json.load(f)
     assert set(metrics["per_class_f1"]) == set(LABELS)
@@ -162,7 +162,7 @@ def test_corrupt_model_folder(trained, workdir, capsys):
     for name in os.listdir(trained["model"]):
         (broken / name).write_bytes(open(os.path.join(trained["model"], name), "rb").read())
     (broken / "model.keras").write_bytes(b"not a zip")
-    assert "could not be loaded" in error_of(
+    assert "is not a readable Keras model (truncated or corrupt?)" in error_of(
         ["evaluate", "--model", str(broken), "--data", trained["dev"]], capsys
     )
 

@@ -15,8 +15,8 @@ from kbert.export import savedmodel
 from kbert.export.graph import GRAPH_TOLERANCE
 from kbert.export.onnx import ONNX_OPSET
 from kbert.export.options import QUANTIZATIONS
-from kbert.export.verify import FLOAT_TOLERANCE
-from kbert.training.finetune import FinetunedModel, read_labelled_csv
+from kbert.tasks.base import FLOAT_TOLERANCE
+from kbert.modelfolder import ModelFolder
 from tests.test_export_units import DEV_CSV, TRAIN_CSV, make_model_folder
 
 pytestmark = pytest.mark.slow
@@ -39,6 +39,7 @@ def exported(tmp_path_factory):
         model_dir,
         out,
         data=DEV_CSV,
+        formats="savedmodel,tflite,onnx",  # MediaPipe: tests/test_mediapipe.py
         calibration=TRAIN_CSV,
         max_examples=EXAMPLES,
         calibration_examples=16,
@@ -50,9 +51,15 @@ def exported(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference(exported):
-    finetuned = FinetunedModel.load(exported["model_dir"])
-    texts, _ = read_labelled_csv(DEV_CSV)
-    return finetuned, texts[:EXAMPLES], finetuned.scores(texts[:EXAMPLES])
+    finetuned = ModelFolder.load(exported["model_dir"])
+    examples = finetuned.task.read(DEV_CSV)[:EXAMPLES]
+    texts = [e["texts"][0] for e in examples]
+    return finetuned, texts, finetuned.predict(examples)
+
+
+def logits_of(finetuned, texts):
+    features = finetuned.task.encode(finetuned.task.examples_from_texts(texts), targets=False).features
+    return finetuned.model.predict(features, verbose=0)
 
 
 def _entry(report, path):
@@ -90,9 +97,9 @@ def test_savedmodel_reloads_with_keras_scores(exported, reference):
     loaded = savedmodel.load_savedmodel(version_dir)
     outputs = loaded.signatures["serving_default"](text=tf.constant(texts))
     np.testing.assert_allclose(outputs["scores"].numpy(), scores, atol=GRAPH_TOLERANCE)
-    labels = [finetuned.labels[i] for i in scores.argmax(-1)]
+    labels = [finetuned.task.labels[i] for i in scores.argmax(-1)]
     assert [label.decode() for label in outputs["label"].numpy()] == labels
-    features = finetuned.preprocessor(tf.constant(texts))
+    features = finetuned.task.preprocessor(tf.constant(texts))
     tokens = loaded.signatures["serve_tokens"](**features)
     np.testing.assert_allclose(tokens["logits"].numpy(), outputs["logits"].numpy(), atol=GRAPH_TOLERANCE)
     assert sorted(os.listdir(os.path.join(version_dir, "assets"))) == ["labels.txt", "vocab.txt"]
@@ -104,7 +111,7 @@ def test_saved_model_cli_and_serving_files(exported):
     from tensorflow_serving.config import model_server_config_pb2
 
     version_dir = os.path.join(exported["out"], "1")
-    shown = savedmodel.saved_model_cli_show(version_dir)
+    shown = savedmodel.saved_model_cli_show(version_dir, ["text"], ["label", "logits", "scores"])
     assert "inputs['text'] tensor_info:\n        dtype: DT_STRING" in shown
     config = text_format.Parse(
         open(os.path.join(exported["out"], "models.config")).read(),
@@ -121,16 +128,15 @@ def test_saved_model_cli_and_serving_files(exported):
 
 def test_rest_example(exported, reference):
     """The REST body TF Serving returns, and the committed README example in the same form."""
-    from kbert.export.exporter import rest_example_texts
-
     finetuned, texts, _ = reference
     example = json.load(open(os.path.join(exported["out"], "rest_example.json"), encoding="utf-8"))
-    instances = rest_example_texts(texts)
+    instances = [text.split(". ")[0].rstrip(".") + "." for text in texts[:2]]
     assert example["request"] == {"signature_name": "serving_default", "instances": instances}
     predictions = example["response"]["predictions"]
     assert [sorted(p) for p in predictions] == [["label", "logits", "scores"]] * 2
-    for prediction, row in zip(predictions, finetuned.scores(instances)):
-        assert prediction["label"] == finetuned.labels[int(row.argmax())]
+    scores = finetuned.predict(finetuned.task.examples_from_texts(instances))
+    for prediction, row in zip(predictions, scores):
+        assert prediction["label"] == finetuned.task.labels[int(row.argmax())]
         np.testing.assert_allclose(prediction["scores"], row, atol=1e-5)
     committed = json.load(open(SERVING_EXAMPLE, encoding="utf-8"))
     assert set(committed) == {"request", "response"}
@@ -154,9 +160,8 @@ def test_tflite_ops_and_runner(exported, reference):
         if entry["input"] == "text":
             assert set(tflite.TEXT_CUSTOM_OPS) <= set(ops)
             runner = tflite.TfliteRunner(path, threads=2, text=True)
-            got = runner.text_logits(texts[:3])
-            expected = finetuned.model.predict(finetuned.preprocessor(tf.constant(texts[:3])), verbose=0)
-            np.testing.assert_allclose(got, expected, atol=1e-4)
+            got = runner.run_text({"text": texts[:3]})["logits"]
+            np.testing.assert_allclose(got, logits_of(finetuned, texts[:3]), atol=1e-4)
         else:
             assert tflite.check_ops(open(path, "rb").read()) == ops
 
@@ -181,4 +186,4 @@ def test_onnx_fused_with_dynamic_axes(exported, reference):
         packed = BertPreprocessor(finetuned.tokenizer, length)(tf.constant(texts[:3]))
         features = {k: v.numpy() for k, v in packed.items()}
         expected = finetuned.model.predict(features, verbose=0)
-        np.testing.assert_allclose(runner.logits(features), expected, atol=GRAPH_TOLERANCE)
+        np.testing.assert_allclose(runner.run(features, ["logits"])["logits"], expected, atol=GRAPH_TOLERANCE)

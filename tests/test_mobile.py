@@ -120,5 +120,5 @@ def test_copy_refuses_a_model_without_metadata(tmp_path):
 
 
 def test_copy_cli_reports_a_missing_export(tmp_path):
-    with pytest.raises(SystemExit, match="mediapipe_export.py first"):
+    with pytest.raises(SystemExit, match="kbert export --formats mediapipe first"):
         copy_tool.main([str(tmp_path / "nothing"), "--assets", str(tmp_path / "assets")])

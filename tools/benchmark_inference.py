@@ -53,13 +53,11 @@ def build_runtimes(args, folder):
 
     from kbert.export import onnx as onnx_export
     from kbert.export import savedmodel, tflite
-    from kbert.text import BertPreprocessor
-    from kbert.training.finetune import FinetunedModel
+    from kbert.modelfolder import ModelFolder
 
-    finetuned = FinetunedModel.load(args.model)
-    finetuned.config.check_sequence_length(args.seq_len)
-    finetuned.sequence_length = args.seq_len
-    finetuned.preprocessor = BertPreprocessor(finetuned.tokenizer, args.seq_len)
+    finetuned = ModelFolder.load(args.model)
+    finetuned.set_sequence_length(args.seq_len)
+    task = finetuned.task
     rng = np.random.default_rng(0)
     features = {
         "token_ids": rng.integers(1000, 20000, (1, args.seq_len)).astype(np.int32),
@@ -68,26 +66,27 @@ def build_runtimes(args, folder):
     }
 
     log("exporting the SavedModel")
-    version_dir = savedmodel.export_savedmodel(finetuned, os.path.join(folder, "serving"), "bench", ["warm up"], folder)
+    version_dir = savedmodel.export_savedmodel(finetuned, os.path.join(folder, "serving"), "bench", [], folder)
     tokens_fn = savedmodel.load_savedmodel(version_dir).signatures[savedmodel.TOKENS_SIGNATURE]
     tensors = {name: tf.constant(value) for name, value in features.items()}
 
     log("converting to TFLite")
     source = os.path.join(folder, "tflite_source")
-    tflite.write_token_source(finetuned.model, args.seq_len, source)
+    tflite.write_token_source(task, finetuned.model, args.seq_len, source)
     runtimes = {"savedmodel_fp32": lambda: tokens_fn(**tensors)}
     for quantization, name in (("none", "tflite_fp32"), ("dynamic", "tflite_dynamic_int8")):
         path = os.path.join(folder, f"{name}.tflite")
         tflite.write_bytes(path, tflite.convert_tokens(source, quantization))
-        runtimes[name] = _bind(tflite.TfliteRunner(path, args.threads).logits, features)
+        runtimes[name] = _bind(tflite.TfliteRunner(path, args.threads).run, features)
 
     log("converting to ONNX")
     raw, fused, int8 = (os.path.join(folder, f) for f in ("raw.onnx", "fused.onnx", "int8.onnx"))
-    onnx_export.convert_savedmodel_to_onnx(version_dir, raw)
+    onnx_export.convert_savedmodel_to_onnx(version_dir, raw, task.outputs)
     fusions = onnx_export.optimize_onnx(raw, fused, finetuned.config)
     onnx_export.quantize_onnx(fused, int8)
-    runtimes["onnx_fp32"] = _bind(onnx_export.OnnxRunner(fused, args.threads).logits, features)
-    runtimes["onnx_int8"] = _bind(onnx_export.OnnxRunner(int8, args.threads).logits, features)
+    for name, path in (("onnx_fp32", fused), ("onnx_int8", int8)):
+        runner = onnx_export.OnnxRunner(path, args.threads)
+        runtimes[name] = _bind(lambda f, runner=runner: runner.run(f, task.outputs), features)
     return runtimes, fusions
 
 

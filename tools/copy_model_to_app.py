@@ -1,7 +1,8 @@
 """Copies an exported MediaPipe model and its labels into the Android app's assets.
 
-    python tools/mediapipe_export.py runs/debian-minilm
-    python tools/copy_model_to_app.py saved_models/debian-minilm-mediapipe
+    kbert export --model runs/debian-minilm --out saved_models/debian \
+        --data data/debian-packages/dev.csv --formats mediapipe
+    python tools/copy_model_to_app.py saved_models/debian
 
 The app (`mobile/android`) loads `text_classifier.tflite` and `labels.txt` from
 its assets; `MainActivity.kt` names the same files. Before copying, the labels
@@ -22,12 +23,17 @@ LABELS_FILE = "labels.txt"
 # The associated files MediaPipe's metadata writer packs into the model.
 PACKED_VOCAB = "vocab.txt"
 PACKED_LABELS = "labels.txt"
+# Where `kbert export` puts the MediaPipe files inside an export folder.
+MEDIAPIPE_FOLDER = "mediapipe"
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP_ASSETS = os.path.join(REPO_ROOT, "mobile", "android", "app", "src", "main", "assets")
 
 
 def copy_model_to_app(export_folder, assets=APP_ASSETS):
     """Copies `MODEL_FILE` and `LABELS_FILE` from `export_folder` into `assets`.
+
+    `export_folder` is a `kbert export` folder (the files are in its
+    `mediapipe/`) or that `mediapipe/` folder itself.
 
     Returns:
         dict. `{"model": path, "labels": path}` of the copies.
@@ -37,11 +43,13 @@ def copy_model_to_app(export_folder, assets=APP_ASSETS):
             (no packed vocabulary or labels), or `labels.txt` differs from the
             model's packed labels.
     """
+    if os.path.isdir(os.path.join(export_folder, MEDIAPIPE_FOLDER)):
+        export_folder = os.path.join(export_folder, MEDIAPIPE_FOLDER)
     model = os.path.join(export_folder, MODEL_FILE)
     labels = os.path.join(export_folder, LABELS_FILE)
     for path in (model, labels):
         if not os.path.isfile(path):
-            raise ValueError(f"{path}: no such file; run tools/mediapipe_export.py first")
+            raise ValueError(f"{path}: no such file; run kbert export --formats mediapipe first")
     packed = packed_files(model)
     missing = [name for name in (PACKED_VOCAB, PACKED_LABELS) if name not in packed]
     if missing:

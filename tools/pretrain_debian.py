@@ -34,7 +34,7 @@ SMOKE_CORPUS = "corpus-head.txt.gz"
 
 
 def parse_args(argv=None):
-    from kbert.cli import positive_int
+    from kbert.cliargs import positive_int
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(

@@ -18,7 +18,7 @@ EXIT_OVER_BUDGET = 1
 
 def add_export_parser(subparsers):
     """Adds the `export` subcommand to an `argparse` subparsers object."""
-    from kbert.cli import positive_int
+    from kbert.cliargs import add_task_options, positive_int
     from kbert.export.options import (
         DEFAULT_CALIBRATION_EXAMPLES,
         DEFAULT_LATENCY_RUNS,
@@ -30,11 +30,12 @@ def add_export_parser(subparsers):
 
     p = subparsers.add_parser(
         "export",
-        help="export a fine-tuned model to TF Serving, TFLite and ONNX, each verified",
+        help="export a fine-tuned model to TF Serving, TFLite, ONNX and MediaPipe, each verified",
         description=(
-            "Writes a SavedModel for TF Serving, TFLite and ONNX models, runs each on --data "
-            "next to the Keras model and writes OUT/report.json and OUT/report.md. Formats and "
-            "their quantizations: "
+            "Writes a SavedModel for TF Serving, TFLite and ONNX models (and for classifiers a "
+            "MediaPipe TextClassifier file), runs each on --data next to the Keras model with "
+            "the runtime that serves it, and writes OUT/report.json and OUT/report.md. Formats "
+            "and their quantizations: "
             + "; ".join(f"{f}: {', '.join(SUPPORTED[f])}" for f in FORMATS)
             + ". Exit status 1 when an artefact exceeds its budget."
         ),
@@ -44,12 +45,15 @@ def add_export_parser(subparsers):
         "--out", required=True,
         help="export folder, e.g. saved_models/NAME; NAME is the TF Serving model name",
     )
-    p.add_argument("--data", required=True, help="labelled CSV to verify on (dev set)")
+    p.add_argument("--data", required=True, help="labelled data in the task's format to verify on (dev set)")
     p.add_argument(
         "--calibration",
-        help="CSV whose texts calibrate int8 and 16x8 (training set; default: --data)",
+        help="data whose inputs calibrate int8 and 16x8 (training set; default: --data)",
     )
-    p.add_argument("--formats", default=",".join(FORMATS), help="comma-separated; default all")
+    p.add_argument(
+        "--formats", default=None,
+        help="comma-separated; default: every format the model's task has",
+    )
     p.add_argument(
         "--quantize", default=",".join(QUANTIZATIONS),
         help="comma-separated quantizations; default all (each format gets those it supports)",
@@ -69,8 +73,14 @@ def add_export_parser(subparsers):
         "--latency-runs", type=positive_int, default=DEFAULT_LATENCY_RUNS,
         help="timed batch-1 runs per artefact, after warm-up",
     )
-    p.add_argument("--text-column", default="text")
-    p.add_argument("--label-column", default="label")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace --out if it is an earlier kbert export"
+    )
+    p.add_argument(
+        "--cache-dir",
+        help="where MediaPipe's private environments live (default: $XDG_CACHE_HOME/kbert or ~/.cache/kbert)",
+    )
+    add_task_options(p, stored=True)
     p.set_defaults(run=run_export)
     return p
 
@@ -82,7 +92,9 @@ def run_export(args):
     # export folder beside OUT is removed.
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     from kbert.export.exporter import export_model
+    from kbert.tasks import TASKS
 
+    option_names = {o.name for task in TASKS.values() for o in task.options}
     try:
         report = export_model(
             args.model,
@@ -95,8 +107,9 @@ def run_export(args):
             calibration_examples=args.calibration_examples,
             threads=args.threads,
             latency_runs=args.latency_runs,
-            text_column=args.text_column,
-            label_column=args.label_column,
+            options={name: getattr(args, name) for name in option_names},
+            overwrite=args.overwrite,
+            cache_dir=args.cache_dir,
         )
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -1,4 +1,4 @@
-"""The classifier's forward pass spelled in the op forms that converters recognise.
+"""A task model's forward pass spelled in the op forms that converters recognise.
 
 The Keras model computes the same function with ops chosen for training and for
 XLA; converters look for other forms. tf2onnx and onnxruntime's BERT fusions
@@ -25,6 +25,11 @@ after its keys and values, the only row the pooler reads (what
 quantizer has no int32 tensor it cannot calibrate. onnxruntime's fusions need
 the per-layer form, so the ONNX graph keeps it.
 
+`encoder_outputs` computes the encoder this way; `model_outputs` then calls
+the task's head (`Task.head`, the model's own float32 head layers) on it.
+The last block computes [CLS] alone for TFLite only when the head reads the
+pooled output alone (`Task.reads_sequence`).
+
 The pass reads the Keras model's own variables, so an artefact traced from it
 holds the fine-tuned weights; `tests/test_export_units.py` holds it to the Keras
 model's logits within `GRAPH_TOLERANCE`.
@@ -34,7 +39,7 @@ import math
 
 import tensorflow as tf
 
-from kbert.models.encoder import ENCODER_INPUTS
+from kbert.config import ENCODER_INPUTS
 
 # The additive mask of google-research/bert and Hugging Face BERT: large enough
 # that exp() of a masked score is 0 in float32, and the constant onnxruntime's
@@ -45,20 +50,34 @@ MASK_BIAS = -10000.0
 GRAPH_TOLERANCE = 1e-5
 
 
-def classifier_logits(model, features, target="onnx"):
-    """Logits of a `bert_classifier` model, computed with converter-friendly ops.
+def model_outputs(task, model, features, target="onnx"):
+    """The outputs of a task's model, computed with converter-friendly ops.
 
     Args:
-        model: keras.Model from `kbert.models.bert_classifier` (TensorFlow backend).
+        task: the model folder's `kbert.tasks.Task`.
+        model: keras.Model from `task.build_model` (TensorFlow backend).
         features: dict of int32 `(batch, length)` tensors named `ENCODER_INPUTS`.
         target: str. "onnx" (also the SavedModel's graph) or "tflite": the TFLite
             converter has no Erf op but maps `tf.nn.gelu` to its GELU builtin.
 
     Returns:
-        float32 `(batch, num_classes)` logits, equal to `model(features)` up to
-        float rounding.
+        dict of float32 tensors keyed by `task.outputs`, equal to the Keras
+        model's outputs up to float rounding.
     """
-    encoder = classifier_encoder(model)
+    if target not in ("onnx", "tflite"):
+        raise ValueError(f"target={target!r}; expected 'onnx' or 'tflite'")
+    encoder = task_encoder(model)
+    first_token_only = target == "tflite" and not task.reads_sequence
+    outputs = encoder_outputs(encoder, features, target, first_token_only)
+    return task.head(model, outputs, features)
+
+
+def encoder_outputs(encoder, features, target="onnx", first_token_only=False):
+    """`sequence_output` and `pooled_output` of a `bert_encoder`, converter-friendly.
+
+    With `first_token_only`, the last block computes the [CLS] row alone and
+    `sequence_output` is `(batch, 1, hidden)`.
+    """
     token_ids = features["token_ids"]
     x = tf.gather(_value(encoder.get_layer("token_embedding").embeddings), token_ids)
     length = tf.shape(token_ids)[1]
@@ -74,26 +93,22 @@ def classifier_logits(model, features, target="onnx"):
         attention_bias = tf.cast(mask, tf.float32)
     else:
         attention_bias = (1.0 - tf.cast(mask, tf.float32)) * MASK_BIAS
-    if target not in ("onnx", "tflite"):
-        raise ValueError(f"target={target!r}; expected 'onnx' or 'tflite'")
     blocks = _blocks(encoder)
     for index, block in enumerate(blocks):
-        first_token_only = target == "tflite" and index == len(blocks) - 1
-        x = _encoder_block(x, block, attention_bias, target, first_token_only)
+        last_only = first_token_only and index == len(blocks) - 1
+        x = _encoder_block(x, block, attention_bias, target, last_only)
 
     pooled = tf.tanh(_dense(x[:, 0, :], encoder.get_layer("pooler")))
-    return _dense(pooled, model.get_layer("logits"))
+    return {"sequence_output": x, "pooled_output": pooled}
 
 
-def classifier_encoder(model):
-    """The `bert_encoder` inside a classifier; `ValueError` for other models."""
+def task_encoder(model):
+    """The `bert_encoder` inside a task model; `ValueError` for other models."""
     try:
         encoder = model.get_layer("bert_encoder")
-        model.get_layer("logits")
     except ValueError:
         raise ValueError(
-            f"model {model.name!r} is not a kbert classifier: expected layers "
-            "'bert_encoder' and 'logits'"
+            f"model {model.name!r} is not a kbert task model: expected a layer 'bert_encoder'"
         ) from None
     missing = sorted(set(ENCODER_INPUTS) - set(model.input))
     if missing:

@@ -1,5 +1,7 @@
 """A classifier `.tflite` that MediaPipe's `TextClassifier` runs on raw text.
 
+`kbert export` writes it for tasks whose `Task.mediapipe` is
+"text_classifier", into `OUT/mediapipe/`, and verifies it with MediaPipe itself.
 MediaPipe (and the TFLite Task Library's `BertNLClassifier`) tokenize the text
 themselves and feed a BERT model whose file carries the vocabulary and labels in
 its metadata. What the runtime relies on, and what `check_contract` tests:
@@ -16,17 +18,10 @@ its metadata. What the runtime relies on, and what `check_contract` tests:
 
 The metadata is written by MediaPipe's (or tflite-support's) own writer, in an
 environment of its own (`kbert.export.mediapipe_env`).
-
-Example:
->>> report = export_for_mediapipe("runs/debian-minilm", "saved_models/debian-minilm-mediapipe",
-...                               data="data/debian-packages/dev.csv")  # doctest: +SKIP
->>> report["comparison"]["mediapipe"]["top1_agreement_with_keras"]  # doctest: +SKIP
 """
 
-import json
 import os
 import tempfile
-import time
 import zipfile
 
 import keras
@@ -35,13 +30,11 @@ import tensorflow as tf
 from ai_edge_litert import schema_py_generated as tflite_schema
 from ai_edge_litert.interpreter import Interpreter
 
+from kbert.config import ENCODER_INPUTS
 from kbert.export import mediapipe_env, tflite
-from kbert.export.graph import classifier_encoder, classifier_logits
+from kbert.export.graph import model_outputs, task_encoder
 from kbert.export.mediapipe_worker import LABELS_NAME, VOCAB_NAME
 from kbert.fileio import write_file
-from kbert.models.encoder import ENCODER_INPUTS
-from kbert.text import BertPreprocessor, WordPieceTokenizer
-from kbert.training.finetune import FinetunedModel, encoder_dtype_policy, read_labelled_csv
 
 # The metadata name of each kbert input; MediaPipe's BERT preprocessor and the
 # Task Library find their inputs by these names.
@@ -49,11 +42,11 @@ METADATA_INPUT_NAMES = {"token_ids": "ids", "padding_mask": "mask", "segment_ids
 # The output's metadata name each runtime's writer gives (see the table above).
 OUTPUT_METADATA_NAMES = {"mediapipe": "score", "task_library": "probability"}
 RUNTIMES = tuple(OUTPUT_METADATA_NAMES)
-# File names in an export folder and in the Android app's assets.
+# The export's subfolder, and file names in it and in the Android app's assets.
+FOLDER = "mediapipe"
 MEDIAPIPE_FILE = "text_classifier.tflite"
 TASK_LIBRARY_FILE = "bert_nl_classifier.tflite"
 LABELS_FILE = LABELS_NAME
-REPORT_FILE = "report.json"
 # The runtimes pad with id 0, so the vocabulary must hold [PAD] there.
 PAD_TOKEN = "[PAD]"
 # Probabilities from the LiteRT interpreter, MediaPipe and the Task Library
@@ -69,80 +62,121 @@ _WORKER_COMMANDS = {
 }
 
 
-def export_for_mediapipe(
-    model_folder, out, sequence_length=None, data=None, task_library=True, cache_dir=None
-):
-    """Writes a fine-tuned model folder's files for the on-device runtimes into `out`.
+def export_for_task(folder, out, examples, reference, cache_dir=None):
+    """Writes the on-device files of the task's MediaPipe kind into `out`, and runs them.
+
+    Args:
+        folder: `kbert.modelfolder.ModelFolder` whose `task.mediapipe` is one
+            of `EXPORTERS`.
+        out: str. A new folder.
+        examples: the task's examples to run the runtimes on.
+        reference: dict. The float32 Keras model's outputs on `examples`.
+        cache_dir: str. Where the tools' environments live.
+
+    Returns:
+        list of report entries (unjudged), one per file: `path`, `format`,
+        `quantization`, `input`, `max_abs_diff`, `predictions` (in the task's
+        prediction format, for its metrics), `latency`, and what the kind adds.
+    """
+    kind = folder.task.mediapipe
+    if kind not in EXPORTERS:
+        raise ValueError(
+            f"task {folder.task.name!r} has no MediaPipe file; kinds: {', '.join(EXPORTERS)}"
+        )
+    return EXPORTERS[kind](folder, out, examples, reference, cache_dir)
+
+
+def export_text_classifier(folder, out, examples, reference, cache_dir=None, task_library=True):
+    """Writes a classifier's files for the on-device runtimes into `out`, and runs them.
 
     | file | for |
     | --- | --- |
     | `text_classifier.tflite` | MediaPipe `TextClassifier` (MediaPipe's metadata writer) |
     | `bert_nl_classifier.tflite` | Task Library `BertNLClassifier` (tflite-support's writer) |
     | `labels.txt` | the labels in output order, one per line (the Android app reads it) |
-    | `report.json` | each file's contract, and with `data`, `compare_runtimes` on it |
 
     Args:
-        model_folder: str. A folder written by `kbert finetune`.
-        out: str. Output folder, created if missing; its files are replaced.
-        sequence_length: int. Fixed input length; the model folder's if None.
-        data: str. A labelled CSV (`text`, `label`) to compare the runtimes on.
-        task_library: bool. Also write `bert_nl_classifier.tflite`.
+        folder: `kbert.modelfolder.ModelFolder` of a task whose `mediapipe`
+            is "text_classifier".
+        out: str. A new folder.
+        examples: the task's examples to run the runtimes on.
+        reference: dict. The float32 Keras model's outputs on `examples`.
         cache_dir: str. Where the tools' environments live.
+        task_library: bool. Also write and run `bert_nl_classifier.tflite`.
 
     Returns:
-        dict. The report.
+        list of report entries, one per file: `path`, `format`, `runtime`,
+        `max_abs_diff` (probabilities, where MediaPipe's token ids equal
+        kbert's), `top1_agreement`, `predictions` (probabilities), `latency`,
+        the file's `contract` and the tokenizer comparison.
     """
-    finetuned = FinetunedModel.load(model_folder)
-    sequence_length = sequence_length or finetuned.sequence_length
-    finetuned.config.check_sequence_length(sequence_length)
-    if data is not None:
-        texts, gold = read_labelled_csv(data)
-    os.makedirs(out, exist_ok=True)
+    task = folder.task
+    (input_name,) = task.text_inputs
+    texts = task.serving_strings(examples)[input_name]
+    os.makedirs(out)
     paths = {"mediapipe": os.path.join(out, MEDIAPIPE_FILE)}
     if task_library:
         paths["task_library"] = os.path.join(out, TASK_LIBRARY_FILE)
     # Created up front and side by side: a first run spends most of its time in pip.
     mediapipe_env.ensure_environments([_WORKER_COMMANDS[r][2] for r in paths], cache_dir)
-
-    start = time.perf_counter()
     contracts = write_text_classifier(
-        finetuned.model, finetuned.vocabulary, finetuned.labels, sequence_length, paths, cache_dir
+        folder.model, folder.vocabulary, task.labels, folder.sequence_length, paths, cache_dir, task
     )
-    report = {
-        "model": model_folder,
-        "sequence_length": sequence_length,
-        "export_seconds": round(time.perf_counter() - start, 1),
-        "files": {},
+    _write_text(os.path.join(out, LABELS_FILE), "".join(f"{label}\n" for label in task.labels))
+    keras_probs = task.scores(reference)
+    kbert_ids = task.encode(examples, targets=False).features
+    mediapipe_ids = mediapipe_token_ids(folder.vocabulary, folder.sequence_length, texts, cache_dir)
+    ids_differ = np.zeros(len(texts), bool)
+    for name in ENCODER_INPUTS:
+        ids_differ |= np.any(kbert_ids[name] != mediapipe_ids[name], axis=1)
+    tokenization = {
+        "texts_whose_token_ids_differ": int(ids_differ.sum()),
+        "examples": _token_differences(texts, kbert_ids, mediapipe_ids, folder.vocabulary, ids_differ),
     }
+    entries = []
     for runtime, path in paths.items():
+        probs, times = classify(path, texts, runtime, cache_dir)
         contract = contracts[runtime]
-        report["files"][os.path.basename(path)] = {
+        agree = ~ids_differ
+        entries.append({
+            "path": path,
+            "format": "mediapipe",
+            "quantization": "none",
+            "input": "text",
             "runtime": runtime,
-            "bytes": os.path.getsize(path),
-            "inputs": [
-                {k: t[k] for k in ("signature_name", "metadata_name", "dtype", "shape")}
-                for t in contract["inputs"]
-            ],
-            "output": {k: contract["outputs"][0][k] for k in ("metadata_name", "dtype", "shape")},
-            "associated_files": contract["associated_files"],
-        }
-    _write_text(os.path.join(out, LABELS_FILE), "".join(f"{label}\n" for label in finetuned.labels))
-    if data is not None:
-        report["data"] = data
-        report["comparison"] = compare_runtimes(
-            finetuned.model, finetuned.vocabulary, finetuned.labels, finetuned.lowercase,
-            paths["mediapipe"], texts, gold=gold, task_library_path=paths.get("task_library"),
-            cache_dir=cache_dir,
-        )
-    _write_text(os.path.join(out, REPORT_FILE), json.dumps(report, indent=2, ensure_ascii=False))
-    return report
+            "max_abs_diff": _max_abs(probs[agree] - keras_probs[agree]),
+            "top1_agreement": float(np.mean(probs.argmax(-1) == keras_probs.argmax(-1))),
+            "top1_disagreements_where_token_ids_agree": int(
+                np.sum((probs.argmax(-1) != keras_probs.argmax(-1)) & agree)
+            ),
+            "predictions": probs,
+            "latency": {"median_ms": round(float(np.median(times)) * 1e3, 3), "runs": len(times)},
+            "tokenization": tokenization,
+            "contract": {
+                "inputs": [
+                    {k: t[k] for k in ("signature_name", "metadata_name", "dtype", "shape")}
+                    for t in contract["inputs"]
+                ],
+                "output": {k: contract["outputs"][0][k] for k in ("metadata_name", "dtype", "shape")},
+                "associated_files": contract["associated_files"],
+            },
+        })
+    return entries
 
 
-def write_text_classifier(model, vocabulary, labels, sequence_length, paths, cache_dir=None):
+# The on-device file writers, by the kind a task names in `Task.mediapipe`:
+# each writes its files into a new folder, runs them with the runtime that
+# serves them, and returns report entries.
+EXPORTERS = {
+    "text_classifier": export_text_classifier,
+}
+
+
+def write_text_classifier(model, vocabulary, labels, sequence_length, paths, cache_dir=None, task=None):
     """Writes `model` as `.tflite` files with a softmax and each runtime's metadata.
 
     Args:
-        model: keras.Model. A `bert_classifier` (token ids -> logits).
+        model: keras.Model. A classification task's model (token ids -> logits).
         vocabulary: list of str. The WordPiece vocabulary, `[PAD]` first.
         labels: list of str. Class names in output order.
         sequence_length: int. The fixed input length `L`.
@@ -152,6 +186,8 @@ def write_text_classifier(model, vocabulary, labels, sequence_length, paths, cac
             model is converted once for all of them.
         cache_dir: str. Where the writers' environments live (see
             `mediapipe_env.ensure_environment`).
+        task: the classification `Task` whose model this is (default:
+            text-classification with `labels`).
 
     Returns:
         dict. Runtime -> the file's contract, as `check_contract` read it back.
@@ -161,7 +197,7 @@ def write_text_classifier(model, vocabulary, labels, sequence_length, paths, cac
         raise ValueError(f"paths for runtimes {sorted(paths)}; expected some of {list(RUNTIMES)}")
     _check_vocabulary(vocabulary)
     _check_labels(labels, model.output.shape[-1])
-    content = probability_tflite(model, sequence_length)
+    content = probability_tflite(model, sequence_length, task or _classification_task(vocabulary, labels, sequence_length))
     contracts = {}
     for runtime, path in paths.items():
         _write_with_metadata(content, vocabulary, labels, path, runtime, cache_dir)
@@ -171,21 +207,28 @@ def write_text_classifier(model, vocabulary, labels, sequence_length, paths, cac
     return contracts
 
 
-def probability_tflite(model, sequence_length):
+def probability_tflite(model, sequence_length, task):
     """The plain `.tflite` (no metadata) of `model` with a softmax on top.
 
     Float32, builtin ops only, fixed `(1, sequence_length)` int32 inputs. The
-    forward pass is `kbert.export.graph.classifier_logits(target="tflite")`,
+    forward pass is `kbert.export.graph.model_outputs(target="tflite")`,
     the one `kbert export` converts, which reads the variables as float32 (so
     a model trained under mixed precision exports in float32 too).
     """
     _check_sequence_length(sequence_length)
-    classifier_encoder(model)  # a ValueError for a model that is not a classifier
+    task_encoder(model)  # a ValueError for a model that is not a kbert task model
     return _to_tflite(
-        lambda features: tf.nn.softmax(classifier_logits(model, features, target="tflite"), -1),
+        lambda features: tf.nn.softmax(model_outputs(task, model, features, target="tflite")["logits"], -1),
         sequence_length,
         tracked=model,
     )
+
+
+def _classification_task(vocabulary, labels, sequence_length):
+    from kbert.tasks import TASKS
+    from kbert.text import WordPieceTokenizer
+
+    return TASKS["text-classification"](WordPieceTokenizer(vocabulary), sequence_length, labels=list(labels))
 
 
 def check_contract(path, vocabulary, labels, sequence_length, runtime="mediapipe", cache_dir=None):
@@ -346,8 +389,8 @@ def classify(path, texts, runtime="mediapipe", cache_dir=None):
     the Task Library's `BertNLClassifier`.
 
     Returns:
-        (scores, seconds): float32 `(len(texts), num_classes)` in label order,
-        and the runtime's wall time over all texts.
+        (scores, times): float32 `(len(texts), num_classes)` in label order,
+        and the runtime's wall time for each text, in seconds.
     """
     _, command, spec = _WORKER_COMMANDS[runtime]
     texts = list(texts)
@@ -356,7 +399,7 @@ def classify(path, texts, runtime="mediapipe", cache_dir=None):
     reply = mediapipe_env.run_worker(
         spec, command, {"model": os.path.abspath(path), "texts": texts}, cache_dir
     )
-    return np.asarray(reply["scores"], "float32").reshape(len(texts), -1), reply["seconds"]
+    return np.asarray(reply["scores"], "float32").reshape(len(texts), -1), reply["times"]
 
 
 def mediapipe_token_ids(vocabulary, sequence_length, texts, cache_dir=None):
@@ -385,91 +428,6 @@ def mediapipe_token_ids(vocabulary, sequence_length, texts, cache_dir=None):
         scores, _ = classify(path, texts, "mediapipe", cache_dir)
     ids = np.rint(scores).astype("int32").reshape(len(texts), len(ENCODER_INPUTS), sequence_length)
     return {name: ids[:, i] for i, name in enumerate(ENCODER_INPUTS)}
-
-
-def compare_runtimes(
-    model, vocabulary, labels, lowercase, path, texts, gold=None, task_library_path=None,
-    cache_dir=None,
-):
-    """MediaPipe (and the Task Library) against the Keras model on `texts`.
-
-    The sequence length is the file's. Three sources of disagreement are kept
-    apart: conversion (the LiteRT interpreter on kbert's token ids), MediaPipe's
-    tokenizer (its token ids, read with `mediapipe_token_ids`, against kbert's),
-    and the runtime itself.
-
-    Args:
-        model: keras.Model. The classifier (logits).
-        vocabulary, labels: lists of str.
-        lowercase: bool. kbert's tokenizer setting for this model.
-        path: str. The MediaPipe `.tflite`.
-        texts: list of str.
-        gold: list of str or None. True labels, for accuracies.
-        task_library_path: str or None. The Task Library `.tflite`, if any.
-
-    Returns:
-        dict, JSON-serialisable: see the keys below.
-    """
-    texts = list(texts)
-    contract = read_contract(path, cache_dir)
-    sequence_length = contract["inputs"][0]["shape"][1]
-    preprocessor = BertPreprocessor(
-        WordPieceTokenizer(vocabulary, lowercase=lowercase), sequence_length=sequence_length
-    )
-    kbert_ids = {k: v.numpy() for k, v in preprocessor(tf.constant(texts)).items()}
-    keras_probs = keras.ops.convert_to_numpy(
-        keras.ops.softmax(model.predict(kbert_ids, batch_size=32, verbose=0), axis=-1)
-    )
-    litert_probs = _interpreter_scores(path, kbert_ids)
-    mediapipe_probs, mediapipe_seconds = classify(path, texts, "mediapipe", cache_dir)
-    mediapipe_ids = mediapipe_token_ids(vocabulary, sequence_length, texts, cache_dir)
-
-    ids_differ = np.zeros(len(texts), bool)
-    for name in ENCODER_INPUTS:
-        ids_differ |= np.any(kbert_ids[name] != mediapipe_ids[name], axis=1)
-    keras_top1 = keras_probs.argmax(-1)
-
-    def runtime_figures(probs, seconds=None):
-        top1 = probs.argmax(-1)
-        disagree = top1 != keras_top1
-        figures = {
-            "top1_agreement_with_keras": float(np.mean(~disagree)),
-            "top1_disagreements": int(disagree.sum()),
-            "top1_disagreements_where_token_ids_differ": int((disagree & ids_differ).sum()),
-            "top1_disagreements_where_token_ids_agree": int((disagree & ~ids_differ).sum()),
-            "max_abs_probability_diff_where_token_ids_agree": _max_abs(
-                probs[~ids_differ] - keras_probs[~ids_differ]
-            ),
-        }
-        if seconds is not None:
-            figures["milliseconds_per_text"] = round(1000 * seconds / max(1, len(texts)), 3)
-        if gold is not None:
-            figures["accuracy"] = _accuracy(top1, gold, labels)
-        return figures
-
-    report = {
-        "n": len(texts),
-        "sequence_length": sequence_length,
-        # Under mixed precision Keras computes in bfloat16/float16 while the
-        # exported model is float32: conversion differences then include it.
-        "keras": {"dtype_policy": encoder_dtype_policy(model).name},
-        "litert_on_kbert_token_ids": {
-            "top1_agreement_with_keras": float(np.mean(litert_probs.argmax(-1) == keras_top1)),
-            "max_abs_probability_diff": _max_abs(litert_probs - keras_probs),
-        },
-        "mediapipe": runtime_figures(mediapipe_probs, mediapipe_seconds),
-        "tokenization": {
-            "texts_whose_token_ids_differ": int(ids_differ.sum()),
-            "fraction": float(ids_differ.mean()) if len(texts) else 0.0,
-            "examples": _token_differences(texts, kbert_ids, mediapipe_ids, vocabulary, ids_differ),
-        },
-    }
-    if gold is not None:
-        report["keras"]["accuracy"] = _accuracy(keras_top1, gold, labels)
-    if task_library_path is not None:
-        task_probs, task_seconds = classify(task_library_path, texts, "task_library", cache_dir)
-        report["task_library"] = runtime_figures(task_probs, task_seconds)
-    return report
 
 
 # === Helpers ===
@@ -585,11 +543,6 @@ def _lines(packed, name):
 
 def _max_abs(diff):
     return float(np.max(np.abs(diff))) if diff.size else 0.0
-
-
-def _accuracy(top1, gold, labels):
-    index = {label: i for i, label in enumerate(labels)}
-    return float(np.mean([p == index.get(g, -1) for p, g in zip(top1, gold)]))
 
 
 def _token_differences(texts, kbert_ids, mediapipe_ids, vocabulary, ids_differ, limit=10):

@@ -84,7 +84,7 @@ TFLITE_SUPPORT = ToolEnvironment(
 )
 
 
-class ToolEnvironmentError(RuntimeError):
+class ToolEnvironmentError(OSError):
     """A tool environment could not be created, or its worker failed."""
 
 

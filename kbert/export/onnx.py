@@ -14,13 +14,11 @@ import collections
 
 import numpy as np
 
+from kbert.config import ENCODER_INPUTS
 from kbert.export.savedmodel import TOKENS_SIGNATURE
-from kbert.models.encoder import ENCODER_INPUTS
 
 # LayerNormalization is an ONNX op from opset 17 on; onnxruntime fuses up to 21.
 ONNX_OPSET = 17
-# Outputs of the ONNX model; `label` (a string lookup) stays in the SavedModel.
-ONNX_OUTPUTS = ("logits", "scores")
 # Names of the symbolic axes, shown by Netron and onnxruntime's errors.
 _AXIS_NAMES = ("batch", "sequence")
 # tf2onnx rewrites a ReduceMean over the last axis of a rank-3 tensor into
@@ -29,12 +27,15 @@ _AXIS_NAMES = ("batch", "sequence")
 _SKIPPED_TF2ONNX_OPTIMIZERS = ("global_pool_optimizer",)
 
 
-def convert_savedmodel_to_onnx(version_dir, path):
+def convert_savedmodel_to_onnx(version_dir, path, output_names):
     """Converts the SavedModel's `serve_tokens` signature to an ONNX file.
 
     Args:
         version_dir: str. A SavedModel written by `export_savedmodel`.
         path: str. The .onnx file to write.
+        output_names: the signature's outputs to keep: the numeric ones
+            (string outputs such as a classifier's `label` stay in the
+            SavedModel).
     """
     import onnx
     import tensorflow_text  # noqa: F401  (the SavedModel's text signature uses its ops)
@@ -49,7 +50,7 @@ def convert_savedmodel_to_onnx(version_dir, path):
         return_initialized_tables=True,
         return_tensors_to_rename=True,
     )
-    outputs = [name for name in outputs if renames.get(name) in ONNX_OUTPUTS]
+    outputs = [name for name in outputs if renames.get(name) in output_names]
     optimizers = collections.OrderedDict(
         (name, step)
         for name, step in optimizer._get_optimizers().items()
@@ -152,7 +153,7 @@ class OnnxRunner:
         )
         self.threads = threads
 
-    def logits(self, features):
-        """Logits for a dict of int32 `(batch, length)` arrays."""
+    def run(self, features, names):
+        """Outputs `names` (a dict) for a dict of int32 `(batch, length)` arrays."""
         feed = {name: np.asarray(features[name], np.int32) for name in ENCODER_INPUTS}
-        return self.session.run(["logits"], feed)[0]
+        return dict(zip(names, self.session.run(list(names), feed)))

@@ -1,6 +1,9 @@
 """Names and defaults of `kbert export`, importable without TensorFlow (for `--help`)."""
 
-FORMATS = ("savedmodel", "tflite", "onnx")
+import json
+import os
+
+FORMATS = ("savedmodel", "tflite", "onnx", "mediapipe")
 QUANTIZATIONS = ("none", "fp16", "dynamic", "int8", "16x8")
 # Which quantizations each format has; ONNX's int8 is dynamic quantization
 # (`onnxruntime.quantization.quantize_dynamic`).
@@ -8,7 +11,12 @@ SUPPORTED = {
     "savedmodel": ("none",),
     "tflite": QUANTIZATIONS,
     "onnx": ("none", "dynamic"),
+    "mediapipe": ("none",),
 }
+# The formats every task exports to; "mediapipe" only for tasks that name
+# the MediaPipe task that runs them (`Task.mediapipe`).
+COMMON_FORMATS = ("savedmodel", "tflite", "onnx")
+REPORT_FILE = "report.json"
 # Static int8 and 16x8 ranges come from this many calibration texts; on
 # MiniLM, 300 gave no better int8 accuracy than 100 (and took three times as
 # long to calibrate).
@@ -34,3 +42,17 @@ def parse_names(value, known, what):
     if not names:
         raise ValueError(f"no {what} given; expected some of {', '.join(known)}")
     return tuple(n for n in known if n in names)
+
+
+def task_formats(task):
+    """The formats `task` exports to, in `FORMATS` order."""
+    return tuple(f for f in FORMATS if f in COMMON_FORMATS or (f == "mediapipe" and task.mediapipe))
+
+
+def is_export_folder(path):
+    """Whether `path` is an export folder that `kbert export` wrote."""
+    try:
+        with open(os.path.join(path, REPORT_FILE), encoding="utf-8") as f:
+            return "artefacts" in json.load(f)
+    except (OSError, ValueError):
+        return False

@@ -1,11 +1,11 @@
-"""A SavedModel for TF Serving: raw strings in, class scores and label out.
+"""A SavedModel for TF Serving: raw strings in, the task's answer out.
 
 Layout written under the export folder (TF Serving's versioned layout):
 
 | path | content |
 | --- | --- |
-| `1/saved_model.pb`, `1/variables/` | the graph: tokenizer, packer and classifier |
-| `1/assets/vocab.txt`, `1/assets/labels.txt` | the WordPiece vocabulary; class names, one per line, read by the graph |
+| `1/saved_model.pb`, `1/variables/` | the graph: tokenizer, packer, model and the task's outputs |
+| `1/assets/vocab.txt` (and the task's files, e.g. `labels.txt`) | for clients of the token signature |
 | `1/assets.extra/tf_serving_warmup_requests` | `PredictionLog` records TF Serving replays at load time |
 | `models.config` | a `ModelServerConfig` text proto naming the model |
 
@@ -13,7 +13,7 @@ Signatures:
 
 | name | inputs | outputs |
 | --- | --- | --- |
-| `serving_default` | `text`: string `(batch,)` | `scores` float32 `(batch, classes)`, `label` string `(batch,)`, `logits` float32 `(batch, classes)` |
+| `serving_default` | the task's string inputs (`text`; `sentence1`, `sentence2`; ...), `(batch,)` | the task's (`Task.serving_outputs`): a classifier's `scores`, `label`, `logits` |
 | `serve_tokens` | `token_ids`, `segment_ids`, `padding_mask`: int32 `(batch, length)` | the same |
 
 The tokenizer is made of TensorFlow and tf-text ops; the TF Serving model
@@ -28,16 +28,13 @@ import sys
 
 import tensorflow as tf
 
-from kbert.export.graph import classifier_logits
-from kbert.models.encoder import ENCODER_INPUTS
+from kbert.config import ENCODER_INPUTS
+from kbert.export.graph import model_outputs
 from kbert.text import save_vocab
 
 SERVING_VERSION = 1
 TEXT_SIGNATURE = "serving_default"
 TOKENS_SIGNATURE = "serve_tokens"
-TEXT_INPUT = "text"
-OUTPUTS = ("label", "logits", "scores")
-LABELS_ASSET = "labels.txt"
 VOCAB_ASSET = "vocab.txt"
 MODELS_CONFIG = "models.config"
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
@@ -50,41 +47,27 @@ class ServingModule(tf.Module):
     """The tf.Module saved as the SavedModel: both signatures and their assets.
 
     Args:
-        finetuned: `kbert.training.finetune.FinetunedModel`.
-        vocab_file: str. The vocabulary file to ship as an asset.
-        labels_file: str. Class names one per line, read by the label lookup.
+        folder: `kbert.modelfolder.ModelFolder`.
+        assets: dict of file name -> path, shipped in `assets/`.
     """
 
-    def __init__(self, finetuned, vocab_file, labels_file):
+    def __init__(self, folder, assets):
         super().__init__(name="kbert_serving")
-        model, preprocessor = finetuned.model, finetuned.preprocessor
+        model, task = folder.model, folder.task
         # The weights alone: tracking the Keras model would also save the
         # optimizer's slots a compiled model carries (twice the weights' size).
         self.model_variables = [weight.value for weight in model.weights]
-        self.vocabulary_file = tf.saved_model.Asset(vocab_file)
-        self.labels = tf.lookup.StaticHashTable(
-            tf.lookup.TextFileInitializer(
-                labels_file,
-                key_dtype=tf.int64,
-                key_index=tf.lookup.TextFileIndex.LINE_NUMBER,
-                value_dtype=tf.string,
-                value_index=tf.lookup.TextFileIndex.WHOLE_LINE,
-            ),
-            default_value="",
-        )
-        labels = self.labels
+        self.asset_files = {name: tf.saved_model.Asset(path) for name, path in assets.items()}
 
         def outputs(features):
-            logits = classifier_logits(model, features)
-            return {
-                "scores": tf.nn.softmax(logits, axis=-1),
-                "label": labels.lookup(tf.argmax(logits, axis=-1)),
-                "logits": logits,
-            }
+            return task.serving_outputs(features, model_outputs(task, model, features))
+
+        def serve_text(*strings):
+            return outputs(task.serving_features(dict(zip(task.text_inputs, strings))))
 
         self.serve_text = tf.function(
-            lambda text: outputs(preprocessor(text)),
-            input_signature=[tf.TensorSpec([None], tf.string, name=TEXT_INPUT)],
+            serve_text,
+            input_signature=[tf.TensorSpec([None], tf.string, name=name) for name in task.text_inputs],
         )
         self.serve_tokens = tf.function(
             outputs,
@@ -94,27 +77,27 @@ class ServingModule(tf.Module):
         )
 
 
-def export_savedmodel(finetuned, folder, name, warmup_texts, staging):
-    """Writes `folder/1/` (SavedModel with warm-up requests) and `folder/models.config`.
+def export_savedmodel(folder, out, name, warmup_examples, scratch):
+    """Writes `out/1/` (SavedModel with warm-up requests) and `out/models.config`.
 
     Args:
-        finetuned: `FinetunedModel`.
-        folder: str. The export folder (TF Serving's model base path).
+        folder: `kbert.modelfolder.ModelFolder`.
+        out: str. The export folder (TF Serving's model base path).
         name: str. The model name TF Serving serves it under.
-        warmup_texts: list of str. Texts for the warm-up requests.
-        staging: str. A scratch folder for the label file.
+        warmup_examples: list of the task's examples, for the warm-up requests.
+        scratch: str. A scratch folder for the asset files.
 
     Returns:
         str. The version folder.
     """
-    labels_file = os.path.join(staging, LABELS_ASSET)
-    with open(labels_file, "w", encoding="utf-8") as f:
-        f.write("".join(label + "\n" for label in finetuned.labels))
-    vocab_file = os.path.join(staging, VOCAB_ASSET)
-    save_vocab(finetuned.vocabulary, vocab_file)
-
-    module = ServingModule(finetuned, vocab_file, labels_file)
-    version_dir = os.path.join(folder, str(SERVING_VERSION))
+    assets = {VOCAB_ASSET: os.path.join(scratch, VOCAB_ASSET)}
+    save_vocab(folder.vocabulary, assets[VOCAB_ASSET])
+    for file_name, content in folder.task.serving_assets().items():
+        assets[file_name] = os.path.join(scratch, file_name)
+        with open(assets[file_name], "w", encoding="utf-8") as f:
+            f.write(content)
+    module = ServingModule(folder, assets)
+    version_dir = os.path.join(out, str(SERVING_VERSION))
     tf.saved_model.save(
         module,
         version_dir,
@@ -123,8 +106,9 @@ def export_savedmodel(finetuned, folder, name, warmup_texts, staging):
             TOKENS_SIGNATURE: module.serve_tokens.get_concrete_function(),
         },
     )
-    write_warmup_requests(version_dir, name, warmup_texts[:MAX_WARMUP_REQUESTS])
-    write_models_config(os.path.join(folder, MODELS_CONFIG), name)
+    requests = [folder.task.serving_request(e) for e in warmup_examples[:MAX_WARMUP_REQUESTS]]
+    write_warmup_requests(version_dir, name, requests)
+    write_models_config(os.path.join(out, MODELS_CONFIG), name)
     return version_dir
 
 
@@ -146,18 +130,23 @@ def write_models_config(path, name, base_path=None):
         f.write(text_format.MessageToString(config))
 
 
-def write_warmup_requests(version_dir, name, texts):
-    """Writes `assets.extra/tf_serving_warmup_requests`: one PredictRequest per text."""
+def write_warmup_requests(version_dir, name, requests):
+    """Writes `assets.extra/tf_serving_warmup_requests`: one PredictRequest each.
+
+    Args:
+        requests: list of dicts, input name -> one string (one instance).
+    """
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
     folder = os.path.join(version_dir, os.path.dirname(WARMUP_FILE))
     os.makedirs(folder, exist_ok=True)
     with tf.io.TFRecordWriter(os.path.join(version_dir, WARMUP_FILE)) as writer:
-        for text in texts:
+        for inputs in requests:
             request = predict_pb2.PredictRequest(
                 model_spec=model_pb2.ModelSpec(name=name, signature_name=TEXT_SIGNATURE),
             )
-            request.inputs[TEXT_INPUT].CopyFrom(tf.make_tensor_proto([text], dtype=tf.string))
+            for input_name, value in inputs.items():
+                request.inputs[input_name].CopyFrom(tf.make_tensor_proto([value], dtype=tf.string))
             log = prediction_log_pb2.PredictionLog(
                 predict_log=prediction_log_pb2.PredictLog(request=request)
             )
@@ -182,8 +171,12 @@ def load_savedmodel(version_dir):
     return tf.saved_model.load(version_dir)
 
 
-def saved_model_cli_show(version_dir):
+def saved_model_cli_show(version_dir, inputs, outputs):
     """Runs `saved_model_cli show --all` and checks it lists both signatures.
+
+    Args:
+        version_dir: str. The SavedModel.
+        inputs, outputs: names the text signature must list.
 
     Returns the tool's output; raises `ValueError` with its first line of
     complaint if it fails or misses a signature.
@@ -200,7 +193,7 @@ def saved_model_cli_show(version_dir):
     )
     output = result.stdout
     expected = [f"signature_def['{TEXT_SIGNATURE}']", f"signature_def['{TOKENS_SIGNATURE}']"]
-    expected += [f"inputs['{TEXT_INPUT}']"] + [f"outputs['{name}']" for name in OUTPUTS]
+    expected += [f"inputs['{name}']" for name in inputs] + [f"outputs['{name}']" for name in outputs]
     missing = [item for item in expected if item not in output]
     if result.returncode or missing:
         complaint = (result.stderr.strip().splitlines() or ["no output"])[-1]
@@ -214,8 +207,8 @@ def saved_model_cli_show(version_dir):
 # === TF Serving's REST API ===
 
 
-def rest_predict_example(loaded, texts):
-    """The REST `predict` request for `texts` and the response TF Serving sends.
+def rest_predict_example(loaded, instances):
+    """The REST `predict` request for `instances` and the response TF Serving sends.
 
     The response is computed by running the loaded `serving_default` signature
     and writing its outputs the way TF Serving's row format does
@@ -224,15 +217,21 @@ def rest_predict_example(loaded, texts):
 
     Args:
         loaded: the object `load_savedmodel` returns.
-        texts: list of str.
+        instances: list of dicts, input name -> str. An instance of a
+            signature with one input is written as the bare string, as TF
+            Serving accepts it.
 
     Returns:
         `(request, response)`: the two JSON bodies as str.
     """
-    request = {"signature_name": TEXT_SIGNATURE, "instances": list(texts)}
-    outputs = loaded.signatures[TEXT_SIGNATURE](**{TEXT_INPUT: tf.constant(texts)})
+    names = sorted(instances[0])
+    rows = [instance[names[0]] if len(names) == 1 else instance for instance in instances]
+    request = {"signature_name": TEXT_SIGNATURE, "instances": rows}
+    outputs = loaded.signatures[TEXT_SIGNATURE](
+        **{name: tf.constant([instance[name] for instance in instances]) for name in names}
+    )
     rows = []
-    for index in range(len(texts)):
+    for index in range(len(instances)):
         rows.append({name: _row_value(outputs[name][index].numpy()) for name in sorted(outputs)})
     body = ",\n".join("    " + _compact(row) for row in rows)
     response = '{\n  "predictions": [\n' + body + "\n  ]\n}"

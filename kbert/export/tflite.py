@@ -1,9 +1,9 @@
-"""TFLite (LiteRT) classifiers: token ids of a fixed length in, builtin ops only.
+"""TFLite (LiteRT) models: token ids of a fixed length in, builtin ops only.
 
 The Keras model goes through `keras.export.ExportArchive` into a SavedModel
 with one endpoint on `(1, sequence_length)` int32 inputs, traced from
-`kbert.export.graph.classifier_logits(..., target="tflite")` (the Keras
-model's variables, quantization-friendly op forms), which
+`kbert.export.graph.model_outputs(..., target="tflite")` (the Keras
+model's variables, quantization-friendly op forms; the task's outputs), which
 `tf.lite.TFLiteConverter` converts once per quantization:
 
 | quantization | converter settings | stored | computed |
@@ -14,9 +14,10 @@ model's variables, quantization-friendly op forms), which
 | `int8` | `Optimize.DEFAULT`, calibration, `TFLITE_BUILTINS_INT8` with float fallback, selective (`INT8_FLOAT_OPS`, `INT8_MAX_ERROR_STEPS`) | int8 weights of the int8 matmuls | int8 matmuls and lookups, float32 LayerNorm, softmax, GELU and the noisiest matmuls |
 | `16x8` | `EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8` (float fallback for the mask's Cast) | int8 weights | int16 activations; LiteRT's reference kernels, no XNNPACK: ~50x slower than `dynamic` on CPU |
 
-The text variant (`text_tflite`) takes one raw string: tf-text's
+The text variant takes the task's raw strings (one of each, batch 1): tf-text's
 `FastBertTokenizer` (`FastBertNormalize` and `FastWordpieceTokenizeWithOffsets`,
-tf-text's TFLite custom ops) then a packer of builtin ops. Its normaliser folds
+tf-text's TFLite custom ops) then the task's packing in builtin ops
+(`Task.tflite_text_features`). Its normaliser folds
 compatibility characters (`²` -> `2`, `ﬂ` -> `fl`) that Hugging Face's BERT
 normaliser keeps, so its ids can differ from `kbert.text.WordPieceTokenizer`'s
 on such text; the report counts the verification texts where they do.
@@ -31,9 +32,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kbert.export.graph import classifier_logits
+from kbert.config import ENCODER_INPUTS
+from kbert.export.graph import model_outputs
 from kbert.export.options import SUPPORTED
-from kbert.models.encoder import ENCODER_INPUTS
 
 TFLITE_QUANTIZATIONS = SUPPORTED["tflite"]
 # The int8 recipe, selective quantization in two steps with LiteRT's
@@ -64,17 +65,17 @@ ENDPOINT = "serve"
 # === Conversion ===
 
 
-def write_token_source(model, sequence_length, folder):
+def write_token_source(task, model, sequence_length, folder):
     """Writes the SavedModel the token variants are converted from.
 
     One endpoint on `(1, sequence_length)` int32 inputs named `ENCODER_INPUTS`,
-    returning `{"logits": (1, classes)}`.
+    returning the task's outputs (`task.outputs`).
     """
     archive = keras.export.ExportArchive()
     archive.track(model)
     archive.add_endpoint(
         ENDPOINT,
-        lambda features: {"logits": classifier_logits(model, features, target="tflite")},
+        lambda features: model_outputs(task, model, features, target="tflite"),
         input_signature=[
             {name: tf.TensorSpec([1, sequence_length], tf.int32, name=name) for name in ENCODER_INPUTS}
         ],
@@ -163,39 +164,37 @@ def _convert_int8(converter, calibration):
     return debugger(noisy).get_nondebug_quantized_model()
 
 
-def write_text_source(finetuned, folder):
-    """Writes the SavedModel of the text variant: one string in, logits out."""
+def write_text_source(folder, out):
+    """Writes the SavedModel of the text variant: the task's strings in, its outputs out.
+
+    Args:
+        folder: `kbert.modelfolder.ModelFolder`.
+        out: str. The SavedModel folder to write.
+    """
     import tensorflow_text as tf_text
 
-    tokenizer = finetuned.tokenizer
-    length = finetuned.sequence_length
+    task, model = folder.task, folder.model
     wordpiece = tf_text.FastBertTokenizer(
-        vocab=list(finetuned.vocabulary),
+        vocab=list(folder.vocabulary),
         token_out_type=tf.int32,
-        unknown_token=tokenizer.unknown_token,
-        lower_case_nfd_strip_accents=finetuned.lowercase,
+        unknown_token=folder.tokenizer.unknown_token,
+        lower_case_nfd_strip_accents=folder.lowercase,
     )
-    model = finetuned.model
 
-    def serve(text):
-        # One text (batch 1): [CLS] ids[:length - 2] [SEP], then padding. Only
-        # builtin ops besides the two tokenizer ops.
-        ids = wordpiece.tokenize(text).flat_values[: length - 2]
-        count = tf.shape(ids)[0] + 2
-        token_ids = tf.concat([[tokenizer.cls_id], ids, [tokenizer.sep_id]], axis=0)
-        token_ids = tf.pad(token_ids, [[0, length - count]], constant_values=tokenizer.pad_id)
-        mask = tf.pad(tf.ones([count], tf.int32), [[0, length - count]])
-        features = {
-            "token_ids": tf.reshape(token_ids, [1, length]),
-            "segment_ids": tf.zeros([1, length], tf.int32),
-            "padding_mask": tf.reshape(mask, [1, length]),
-        }
-        return {"logits": classifier_logits(model, features, target="tflite")}
+    def serve(*strings):
+        # Batch 1: one string per input, tokenized, packed with builtin ops.
+        ids = [wordpiece.tokenize(text).flat_values for text in strings]
+        features = task.tflite_text_features(ids)
+        return model_outputs(task, model, features, target="tflite")
 
     archive = keras.export.ExportArchive()
     archive.track(model)
-    archive.add_endpoint(ENDPOINT, serve, input_signature=[tf.TensorSpec([1], tf.string, name="text")])
-    archive.write_out(folder, verbose=False)
+    archive.add_endpoint(
+        ENDPOINT,
+        serve,
+        input_signature=[tf.TensorSpec([1], tf.string, name=name) for name in task.text_inputs],
+    )
+    archive.write_out(out, verbose=False)
 
 
 def convert_text(source):
@@ -240,7 +239,7 @@ def check_ops(model_bytes, allowed_custom=()):
 
 
 class TfliteRunner:
-    """Runs a .tflite classifier from this module with `ai_edge_litert`.
+    """Runs a .tflite model from this module with `ai_edge_litert`.
 
     Args:
         path: str. The .tflite file.
@@ -264,21 +263,30 @@ class TfliteRunner:
         self.runner = self.interpreter.get_signature_runner()
         self.threads = threads
 
-    def logits(self, features):
-        """Logits for a dict of int32 `(batch, length)` arrays, one row at a time."""
+    def run(self, features):
+        """Outputs (dict by name) for int32 `(rows, length)` arrays, one row at a time."""
         rows = len(features[ENCODER_INPUTS[0]])
-        return np.concatenate(
+        return _stack(
             [
-                self.runner(**{name: np.asarray(features[name][i : i + 1], np.int32) for name in ENCODER_INPUTS})["logits"]
+                self.runner(**{name: np.asarray(features[name][i : i + 1], np.int32) for name in ENCODER_INPUTS})
                 for i in range(rows)
             ]
         )
 
-    def text_logits(self, texts):
-        """Logits for a list of str, one text at a time."""
-        return np.concatenate(
-            [self.runner(text=np.array([text.encode("utf-8")], dtype=object))["logits"] for text in texts]
+    def run_text(self, strings):
+        """Outputs (dict by name) for string inputs, a dict name -> list of str, one row at a time."""
+        names = list(strings)
+        rows = len(strings[names[0]])
+        return _stack(
+            [
+                self.runner(**{name: np.array([strings[name][i].encode("utf-8")], dtype=object) for name in names})
+                for i in range(rows)
+            ]
         )
+
+
+def _stack(rows):
+    return {name: np.concatenate([row[name] for row in rows]) for name in rows[0]}
 
 
 def scratch_folder(parent):

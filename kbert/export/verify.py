@@ -1,52 +1,17 @@
-"""Figures that hold each exported artefact to the Keras model, and the report.
+"""Latency, and the report that holds each exported artefact to the Keras model.
 
-Every artefact is run on the same verification texts as the Keras model and
-judged by `judge`: a float32 artefact must give the Keras model's scores
-within `FLOAT_TOLERANCE`; a quantized one may lose at most its
-`ACCURACY_BUDGETS` entry in dev accuracy.
+What an artefact must reproduce, and how much a quantized one may lose, is
+the task's to say (`Task.agreement`, `Task.judge`); this module times the
+artefacts and writes `report.json` and `report.md`.
 """
 
 import json
 import statistics
 import time
 
-import numpy as np
-
 from kbert.export.options import DEFAULT_LATENCY_RUNS
-from kbert.training.finetune import classification_metrics
 
-# Float32 artefacts compute what the Keras model computes, in another order:
-# scores agree to ~1e-6; 1e-4 flags a wrong op, not rounding.
-FLOAT_TOLERANCE = 1e-4
-# Points of dev accuracy a quantized artefact may lose against the Keras model
-# (the issue's budgets). ONNX's dynamic int8 counts as "dynamic".
-ACCURACY_BUDGETS = {"fp16": 0.1, "dynamic": 0.5, "int8": 0.5, "16x8": 0.5}
 WARMUP_RUNS = 5
-
-
-def softmax(logits):
-    logits = np.asarray(logits, np.float64)
-    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return (shifted / shifted.sum(axis=-1, keepdims=True)).astype(np.float32)
-
-
-def compare(scores, reference, label_ids, label_names):
-    """Agreement of `scores` with the Keras model's, and dev accuracy and macro-F1.
-
-    Args:
-        scores, reference: float `(n, classes)` class probabilities.
-        label_ids: int `(n,)` true classes.
-        label_names: list of str.
-    """
-    scores, reference = np.asarray(scores), np.asarray(reference)
-    predicted = scores.argmax(axis=-1)
-    metrics = classification_metrics(label_ids, predicted, label_names)
-    return {
-        "max_abs_diff": float(np.abs(scores - reference).max()),
-        "top1_agreement": float(np.mean(predicted == reference.argmax(axis=-1))),
-        "accuracy": metrics["accuracy"],
-        "macro_f1": metrics["macro_f1"],
-    }
 
 
 def measure_latency(call, runs=DEFAULT_LATENCY_RUNS, warmup=WARMUP_RUNS):
@@ -68,72 +33,74 @@ def measure_latency(call, runs=DEFAULT_LATENCY_RUNS, warmup=WARMUP_RUNS):
     }
 
 
-def judge(entry, keras_accuracy):
-    """Sets `entry["budget"]` and `entry["passed"]` from its figures."""
-    quantization = entry["quantization"]
-    if quantization == "none":
-        entry["budget"] = f"max_abs_diff <= {FLOAT_TOLERANCE:g}"
-        entry["passed"] = entry["max_abs_diff"] <= FLOAT_TOLERANCE
-    else:
-        budget = ACCURACY_BUDGETS[quantization]
-        drop = 100.0 * (keras_accuracy - entry["accuracy"])
-        entry["accuracy_drop_points"] = round(drop, 3)
-        entry["budget"] = f"accuracy drop <= {budget:g} points"
-        entry["passed"] = drop <= budget + 1e-9
-    return entry
-
-
 # === Report ===
 
-_COLUMNS = (
-    ("artefact", lambda e: f"`{e['path']}`"),
-    ("format", lambda e: e["format"]),
-    ("quantization", lambda e: e["quantization"]),
-    ("input", lambda e: e["input"]),
-    ("max abs diff", lambda e: f"{e['max_abs_diff']:.2e}"),
-    ("top-1 agree", lambda e: f"{100 * e['top1_agreement']:.2f}%"),
-    ("accuracy", lambda e: f"{100 * e['accuracy']:.2f}%"),
-    ("macro-F1", lambda e: f"{100 * e['macro_f1']:.2f}"),
-    ("size", lambda e: _megabytes(e["size_bytes"])),
-    ("latency", lambda e: f"{e['latency']['median_ms']:.2f} ms"),
-    ("budget", lambda e: e["budget"]),
-    ("ok", lambda e: "yes" if e["passed"] else "**NO**"),
-)
+
+def _figure(value, scale):
+    if scale == 100:
+        return f"{100 * value:.2f}"
+    return f"{value:.4f}"
+
+
+def _columns(report):
+    """The table's columns: the artefact, its agreement, the task's figures, cost, verdict."""
+    scale = report.get("metric_scale", 1)
+    columns = [
+        ("artefact", lambda e: f"`{e['path']}`"),
+        ("format", lambda e: e["format"]),
+        ("quantization", lambda e: e["quantization"]),
+        ("input", lambda e: e["input"]),
+        ("max abs diff", lambda e: f"{e['max_abs_diff']:.2e}"),
+    ]
+    if any("top1_agreement" in e for e in report["artefacts"]):
+        columns.append(("top-1 agree", lambda e: f"{100 * e['top1_agreement']:.2f}%" if "top1_agreement" in e else "—"))
+    for name in report["figures"]:
+        columns.append(
+            (name.replace("_", "-"), lambda e, name=name: _figure(e[name], scale) if name in e else "—")
+        )
+    columns += [
+        ("size", lambda e: _megabytes(e["size_bytes"])),
+        ("latency", lambda e: f"{e['latency']['median_ms']:.2f} ms"),
+        ("budget", lambda e: e["budget"]),
+        ("ok", lambda e: "yes" if e["passed"] else "**NO**"),
+    ]
+    return columns
 
 
 def _megabytes(size):
     return f"{size / 2**20:.1f} MiB"
 
 
-def _as_trained(figures):
+def _as_trained(figures, metric, scale):
     """The sentence on a mixed-precision model's own figures, if it has them."""
     if not figures:
         return "."
     return (
-        f" in float32; as trained ({figures['compute_dtype']} compute): accuracy "
-        f"{100 * figures['accuracy']:.2f}%, top-1 agreement with float32 "
-        f"{100 * figures['top1_agreement']:.2f}%, max abs diff {figures['max_abs_diff']:.2e}."
+        f" in float32; as trained ({figures['compute_dtype']} compute): {metric} "
+        f"{_figure(figures[metric], scale)}, max abs diff from float32 {figures['max_abs_diff']:.2e}."
     )
 
 
 def markdown_report(report):
     """The report as a Markdown table with a heading line of context."""
     keras_figures = report["keras"]
+    metric, scale = report["metric"], report.get("metric_scale", 1)
+    figures = ", ".join(f"{name} {_figure(keras_figures[name], scale)}" for name in report["figures"])
+    columns = _columns(report)
     lines = [
-        f"# Export of `{report['model']}`",
+        f"# Export of `{report['model']}` ({report['task']})",
         "",
-        f"Verified on {report['examples']} texts of `{report['data']}` at sequence length "
+        f"Verified on {report['examples']} examples of `{report['data']}` at sequence length "
         f"{report['sequence_length']}; latency is batch 1, median of "
         f"{report['latency_runs']} runs on {report['threads']} threads. Keras model: "
-        f"accuracy {100 * keras_figures['accuracy']:.2f}%, macro-F1 "
-        f"{100 * keras_figures['macro_f1']:.2f}, {keras_figures['latency']['median_ms']:.2f} ms"
-        + _as_trained(keras_figures.get("as_trained")),
+        f"{figures}, {keras_figures['latency']['median_ms']:.2f} ms"
+        + _as_trained(keras_figures.get("as_trained"), metric, scale),
         "",
-        "| " + " | ".join(name for name, _ in _COLUMNS) + " |",
-        "| " + " | ".join("---" for _ in _COLUMNS) + " |",
+        "| " + " | ".join(name for name, _ in columns) + " |",
+        "| " + " | ".join("---" for _ in columns) + " |",
     ]
     for entry in report["artefacts"]:
-        lines.append("| " + " | ".join(cell(entry) for _, cell in _COLUMNS) + " |")
+        lines.append("| " + " | ".join(cell(entry) for _, cell in columns) + " |")
     if report.get("onnx_fusions"):
         fusions = ", ".join(f"{op} {count}" for op, count in sorted(report["onnx_fusions"].items()))
         lines += ["", f"onnxruntime fusions: {fusions}."]
@@ -142,9 +109,9 @@ def markdown_report(report):
 
 
 def write_report(report, json_path, markdown_path):
-    with open(json_path, "w") as f:
-        json.dump(report, f, indent=2)
+    with open(json_path, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2, ensure_ascii=False)
     markdown = markdown_report(report)
-    with open(markdown_path, "w") as f:
+    with open(markdown_path, "w", encoding="utf-8") as f:
         f.write(markdown)
     return markdown

@@ -3,11 +3,8 @@
 import keras
 from keras import ops
 
-from kbert.config import BertConfig
+from kbert.config import ENCODER_INPUTS, BertConfig
 from kbert.layers import PositionEmbedding, TransformerEncoderBlock
-
-# Names of the encoder's int32 inputs, each of shape (batch, length).
-ENCODER_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 EMBEDDING_LAYERS = (
     "token_embedding",
     "position_embedding",

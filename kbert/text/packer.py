@@ -233,3 +233,38 @@ def _rows(ids):
         f"BertPacker expects ids of shape (length,) or (batch, None); got rank "
         f"{rank} with shape {ids.shape}."
     )
+
+
+def pack_one(segments, sequence_length, cls_id, sep_id, pad_id=0):
+    """Packs one example's segments (1-D id tensors) into `(1, sequence_length)` inputs.
+
+    The same result as `BertPacker` on a batch of one, made of the few builtin
+    ops a TFLite converter keeps without custom ops (slice, concat, pad,
+    fill): what a TFLite model with its tokenizer inside packs with.
+
+    Args:
+        segments: list of one or two int32 1-D tensors of WordPiece ids.
+        sequence_length: int. The fixed length.
+        cls_id, sep_id, pad_id: int. Special token ids.
+
+    Returns:
+        dict of int32 `(1, sequence_length)` tensors: `token_ids`,
+        `segment_ids`, `padding_mask`.
+    """
+    if len(segments) not in (1, 2):
+        raise ValueError(f"pack_one packs one or two segments; got {len(segments)}.")
+    lengths = [tf.shape(segment)[0] for segment in segments]
+    lengths = _truncate_longest_first(lengths, sequence_length - 1 - len(segments))
+    token_parts, segment_parts = [[cls_id]], [[0]]
+    for index, (segment, length) in enumerate(zip(segments, lengths)):
+        token_parts += [segment[:length], [sep_id]]
+        segment_parts += [tf.fill([length + 1], index)]
+    token_ids = tf.concat([tf.cast(part, tf.int32) for part in token_parts], axis=0)
+    segment_ids = tf.concat([tf.cast(part, tf.int32) for part in segment_parts], axis=0)
+    used = tf.shape(token_ids)[0]
+    padding = [[0, sequence_length - used]]
+    return {
+        "token_ids": tf.reshape(tf.pad(token_ids, padding, constant_values=pad_id), [1, sequence_length]),
+        "segment_ids": tf.reshape(tf.pad(segment_ids, padding), [1, sequence_length]),
+        "padding_mask": tf.reshape(tf.pad(tf.ones([used], tf.int32), padding), [1, sequence_length]),
+    }

@@ -1,0 +1,223 @@
+"""The model folder: what `kbert finetune` writes and every other command reads.
+
+| file | content |
+| --- | --- |
+| `model.keras` | the task's model (token ids -> the task's outputs) |
+| `vocab.txt` | the WordPiece vocabulary |
+| `kbert.json` | `task`, `task_settings` (e.g. label names), `bert_config`, `sequence_length`, `lowercase`, how it was trained |
+| `metrics.json` | dev figures and the training curve |
+
+Folders written before tasks existed have no `task` in `kbert.json` and keep
+their label names in `labels.json`; they load as `text-classification`.
+
+Example:
+>>> folder = ModelFolder.load("runs/debian-minilm")  # doctest: +SKIP
+>>> folder.predict(folder.task.examples_from_texts(["A text editor."]))  # doctest: +SKIP
+"""
+
+import json
+import os
+
+from kbert.config import ENCODER_INPUTS, BertConfig
+from kbert.fileio import staged_folder
+from kbert.tasks import DEFAULT_TASK, get_task
+
+MODEL_FILE = "model.keras"
+VOCAB_FILE = "vocab.txt"
+SETTINGS_FILE = "kbert.json"
+METRICS_FILE = "metrics.json"
+# Where folders of the first format kept their label names.
+LEGACY_LABELS_FILE = "labels.json"
+FORMAT = "kbert-model"
+# Rows per `predict_on_batch` call at inference.
+BATCH_SIZE = 64
+
+
+def is_model_folder(path):
+    """Whether `path` is a kbert model folder (one that `ModelFolder.load` reads)."""
+    settings = os.path.join(path, SETTINGS_FILE)
+    if not os.path.isfile(settings):
+        return False
+    try:
+        with open(settings, encoding="utf-8") as f:
+            return "bert_config" in json.load(f)
+    except (OSError, ValueError):
+        return False
+
+
+def write_model_folder(out, model, vocabulary, task, settings, metrics, overwrite=False):
+    """Writes a model folder: staged beside `out`, then renamed into place.
+
+    Args:
+        out: str. The folder; an existing kbert model folder is replaced only
+            with `overwrite` (`kbert.fileio.staged_folder`).
+        model: keras.Model from `task.build_model`.
+        vocabulary: list of str.
+        task: the `Task` instance.
+        settings: dict. `bert_config`, `sequence_length`, `lowercase` and how
+            the model was trained.
+        metrics: dict. Dev figures, for `metrics.json`.
+    """
+    from kbert.text import save_vocab
+
+    content = {"format": FORMAT, "task": task.name, "task_settings": task.settings(), **settings}
+    with staged_folder(out, is_model_folder, overwrite, what="model") as staging:
+        model.save(os.path.join(staging, MODEL_FILE))
+        save_vocab(vocabulary, os.path.join(staging, VOCAB_FILE))
+        for name, value in ((SETTINGS_FILE, content), (METRICS_FILE, metrics)):
+            with open(os.path.join(staging, name), "w", encoding="utf-8") as f:
+                json.dump(value, f, indent=2, ensure_ascii=False, allow_nan=False)
+
+
+class ModelFolder:
+    """A model folder loaded for inference and export.
+
+    Attributes: `path`, `model` (keras.Model), `vocabulary`, `config`
+    (BertConfig), `sequence_length`, `lowercase`, `tokenizer`, `task` (the
+    `Task` instance, which owns the preprocessing), `settings` (kbert.json).
+    """
+
+    def __init__(self, path, model, vocabulary, settings):
+        from kbert.text import WordPieceTokenizer
+
+        self.path = path
+        self.model = model
+        self.vocabulary = vocabulary
+        self.settings = settings
+        self.config = BertConfig.from_dict(settings["bert_config"])
+        self.sequence_length = settings["sequence_length"]
+        self.lowercase = settings["lowercase"]
+        self.tokenizer = WordPieceTokenizer(vocabulary, lowercase=self.lowercase)
+        self.task = get_task(settings["task"])(
+            self.tokenizer, self.sequence_length, **settings["task_settings"]
+        )
+
+    @classmethod
+    def load(cls, folder):
+        """Reads `folder`; `ValueError` naming the file and what is wrong with it."""
+        import keras
+
+        import kbert.layers  # noqa: F401  (registers the layers model.keras names)
+        from kbert.text import load_vocab
+
+        if not os.path.isdir(folder):
+            raise ValueError(f"{folder}: no such model folder")
+        paths = {name: os.path.join(folder, name) for name in (MODEL_FILE, VOCAB_FILE, SETTINGS_FILE)}
+        missing = [name for name, path in paths.items() if not os.path.isfile(path)]
+        if missing:
+            raise ValueError(f"{folder} is not a kbert model folder: {', '.join(missing)} missing")
+        settings = _read_settings(folder, paths[SETTINGS_FILE])
+        try:
+            model = keras.saving.load_model(paths[MODEL_FILE], compile=False)
+        except Exception as error:  # Keras raises many types for a broken archive.
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ValueError(
+                f"{paths[MODEL_FILE]} is not a readable Keras model (truncated or corrupt?): {reason}"
+            ) from None
+        source = _settings_source(folder, settings)
+        try:
+            loaded = cls(folder, model, load_vocab(paths[VOCAB_FILE]), settings)
+        except (KeyError, TypeError) as error:
+            raise ValueError(
+                f"{paths[SETTINGS_FILE]} is not what kbert finetune writes ({type(error).__name__}: {error})"
+            ) from None
+        except ValueError as error:
+            raise ValueError(f"{source}: {error}") from None
+        missing_inputs = sorted(set(ENCODER_INPUTS) - set(getattr(model, "input", {}) or {}))
+        if missing_inputs:
+            raise ValueError(f"{paths[MODEL_FILE]} lacks the inputs {missing_inputs}")
+        if len(loaded.vocabulary) > loaded.config.vocab_size:
+            raise ValueError(
+                f"{paths[VOCAB_FILE]} has {len(loaded.vocabulary)} tokens; the model has "
+                f"vocab_size={loaded.config.vocab_size}"
+            )
+        loaded.task.check_model(model, source)
+        return loaded
+
+    def set_sequence_length(self, sequence_length):
+        """Packs inputs to `sequence_length` from now on (e.g. to time another length)."""
+        self.config.check_sequence_length(sequence_length)
+        self.sequence_length = sequence_length
+        self.task = type(self.task)(self.tokenizer, sequence_length, **self.task.settings())
+
+    # === The model ===
+
+    @property
+    def encoder_layer(self):
+        return self.model.get_layer("bert_encoder")
+
+    @property
+    def compute_dtype(self):
+        """The dtype the encoder computes in: "bfloat16" for a mixed_bfloat16 model.
+
+        The outer functional Model reports float32 whatever its layers do.
+        """
+        return self.encoder_layer.get_layer("token_embedding").dtype_policy.compute_dtype
+
+    def float32_model(self):
+        """The model computing in float32, on a copy of the same weights.
+
+        A model trained under mixed precision keeps float32 variables but
+        computes in bfloat16 or float16; exported artefacts compute in float32,
+        and this is the Keras model they are held to. Returns `self.model` when
+        it already computes in float32.
+        """
+        if self.compute_dtype == "float32":
+            return self.model
+        model = self.task.build_model(self.config, dtype="float32")
+        model.set_weights(self.model.get_weights())
+        return model
+
+    @property
+    def encoder(self):
+        """The full encoder (every position), sharing the model's weights."""
+        from kbert.models import rewire_encoder
+
+        return rewire_encoder(self.encoder_layer, first_token_only=False)
+
+    # === Inference ===
+
+    def outputs(self, features, model=None, batch_size=BATCH_SIZE):
+        """The model's outputs on int32 features, a dict keyed by `task.outputs`."""
+        try:
+            return self.task.run(model or self.model, features, batch_size)
+        except ValueError as error:
+            raise ValueError(f"{self.path}: {error}") from None
+
+    def predict(self, examples, batch_size=BATCH_SIZE):
+        """The task's predictions for `examples`."""
+        encoded = self.task.encode(examples, targets=False)
+        return self.task.decode(examples, encoded, self.outputs(encoded.features, batch_size=batch_size))
+
+    def evaluate(self, examples, source="data", batch_size=BATCH_SIZE):
+        """The task's figures on labelled `examples`."""
+        self.task.check(examples, source)
+        return self.task.evaluate(examples, self.predict(examples, batch_size))
+
+
+def _read_settings(folder, path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            settings = json.load(f)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON ({error})") from None
+    if not isinstance(settings, dict):
+        raise ValueError(f"{path} holds {type(settings).__name__}; expected a JSON object")
+    if "task" not in settings:  # the first format: a text classifier
+        labels_path = os.path.join(folder, LEGACY_LABELS_FILE)
+        if not os.path.isfile(labels_path):
+            raise ValueError(f"{folder} is not a kbert model folder: {LEGACY_LABELS_FILE} missing")
+        try:
+            with open(labels_path, encoding="utf-8") as f:
+                labels = json.load(f)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise ValueError(f"{labels_path} is not valid JSON ({error})") from None
+        settings = {**settings, "task": DEFAULT_TASK, "task_settings": {"labels": labels}}
+    return settings
+
+
+def _settings_source(folder, settings):
+    """The file that holds the task settings, for messages."""
+    if "format" in settings:
+        return os.path.join(folder, SETTINGS_FILE)
+    return os.path.join(folder, LEGACY_LABELS_FILE)

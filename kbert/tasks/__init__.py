@@ -1,0 +1,28 @@
+"""BERT's tasks, one module each, behind the `Task` interface of `kbert.tasks.base`.
+
+Adding a task is one module, its tests, and one line in `TASKS`.
+"""
+
+from kbert.tasks.base import Encoded, Option, Task
+from kbert.tasks.text_classification import TextClassification
+from kbert.tasks.text_pair_classification import TextPairClassification
+from kbert.tasks.text_pair_regression import TextPairRegression
+
+TASKS = {
+    task.name: task
+    for task in (
+        TextClassification,
+        TextPairClassification,
+        TextPairRegression,
+    )
+}
+DEFAULT_TASK = TextClassification.name
+
+__all__ = ["DEFAULT_TASK", "TASKS", "Encoded", "Option", "Task", "get_task"]
+
+
+def get_task(name):
+    """The task class registered as `name`; `ValueError` naming the known ones."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; expected one of {', '.join(TASKS)}")
+    return TASKS[name]

