@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from kbert.cliargs import add_task_options, learning_rate, positive_int
+from kbert.cliargs import add_task_options, fraction, learning_rate, positive_int
 from kbert.fileio import write_file
 
 # sentence-transformers' all-MiniLM-L6-v2 truncates at 256 word pieces.
@@ -43,12 +43,19 @@ def _read_texts(path):
     return texts
 
 
-def _write_atomically(path, write):
-    """`kbert.fileio.write_file`, with a one-line error when the folder is missing."""
+def _check_output_file(path, overwrite):
+    """Refuses, before any work, an output file kbert may not write.
+
+    An existing file is replaced only with --overwrite: kbert does not know
+    whether it wrote it.
+    """
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise CliError(f"{folder}: no such folder for {path}")
-    write_file(path, write)
+    if os.path.isdir(path):
+        raise CliError(f"{path} is a folder; expected a file name")
+    if os.path.lexists(path) and not overwrite:
+        raise CliError(f"{path} exists; pass --overwrite to replace it")
 
 
 def _task_options(args, names):
@@ -78,6 +85,7 @@ def cmd_finetune(args):
         vocab=args.vocab,
         strategy=args.strategy,
         overwrite=args.overwrite,
+        deterministic=args.deterministic,
     )
     summary = {**task.summary(metrics), "train_seconds": metrics["train_seconds"]}
     _print_json({"model": args.out, "task": args.task, "dev": summary})
@@ -133,9 +141,10 @@ def cmd_embed(args):
     from kbert.modelfolder import ModelFolder, is_model_folder
     from kbert.text import BertPreprocessor, WordPieceTokenizer
 
-    texts = _read_texts(args.input)
     if not args.output.endswith(".npy"):
         raise CliError(f"--output {args.output}: expected a .npy file name")
+    _check_output_file(args.output, args.overwrite)
+    texts = _read_texts(args.input)
     if is_model_folder(args.model):
         folder = ModelFolder.load(args.model)
         config, encoder = folder.config, folder.encoder
@@ -148,7 +157,7 @@ def cmd_embed(args):
     preprocessor = BertPreprocessor(WordPieceTokenizer(vocabulary, lowercase=lowercase), length)
     dataset = tf.data.Dataset.from_tensor_slices(tf.constant(texts)).batch(args.batch_size)
     embeddings = bert_embedder(encoder).predict(dataset.map(preprocessor), verbose=0)
-    _write_atomically(args.output, lambda f: np.save(f, embeddings.astype("float32")))
+    write_file(args.output, lambda f: np.save(f, embeddings.astype("float32")))
     print(json.dumps({"output": args.output, "shape": list(embeddings.shape)}))
 
 
@@ -166,11 +175,12 @@ def cmd_tokenize(args):
 def cmd_vocab(args):
     from kbert.pretraining import learn_vocabulary
 
+    _check_output_file(args.out, args.overwrite)
     vocabulary = learn_vocabulary(
         args.corpus, args.size, lowercase=not args.cased, min_count=args.min_count
     )
     text = "".join(token + "\n" for token in vocabulary).encode("utf-8")
-    _write_atomically(args.out, lambda f: f.write(text))
+    write_file(args.out, lambda f: f.write(text))
     print(json.dumps({"vocab": args.out, "size": len(vocabulary)}))
 
 
@@ -326,6 +336,10 @@ def build_parser():
     p.add_argument(
         "--overwrite", action="store_true", help="replace --out if it is a kbert model folder"
     )
+    p.add_argument(
+        "--deterministic", action="store_true",
+        help="TensorFlow op determinism: bitwise reproducible, also across a resume",
+    )
     add_task_options(p)
     p.set_defaults(run=cmd_finetune)
 
@@ -355,6 +369,7 @@ def build_parser():
     )
     p.add_argument("--input", required=True, help="a .txt file (one text per line) or a .json list")
     p.add_argument("--output", required=True, help="the .npy file to write")
+    p.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     p.add_argument("--seq-len", type=positive_int, default=DEFAULT_EMBED_LENGTH)
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.set_defaults(run=cmd_embed)
@@ -371,6 +386,7 @@ def build_parser():
     p.add_argument("--cased", action="store_true", help="keep case and accents")
     p.add_argument("--min-count", type=positive_int, default=10, help="rarest piece kept")
     p.add_argument("--out", required=True, help="vocab.txt to write")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.set_defaults(run=cmd_vocab)
 
     p = sub.add_parser(
@@ -385,9 +401,9 @@ def build_parser():
     p.add_argument("--cased", action="store_true", help="keep case and accents")
     p.add_argument("--max-seq-length", type=positive_int, default=128)
     p.add_argument("--max-predictions-per-seq", type=positive_int, default=20)
-    p.add_argument("--masked-lm-prob", type=float, default=0.15)
+    p.add_argument("--masked-lm-prob", type=fraction, default=0.15)
     p.add_argument("--dupe-factor", type=positive_int, default=10)
-    p.add_argument("--short-seq-prob", type=float, default=0.1)
+    p.add_argument("--short-seq-prob", type=fraction, default=0.1)
     p.add_argument("--whole-word-masking", action="store_true")
     p.add_argument("--random-seed", type=int, default=12345)
     p.add_argument("--num-shards", type=positive_int, default=16)
@@ -424,7 +440,7 @@ def build_parser():
         help="save the training state every K steps; rerunning resumes from it",
     )
     p.add_argument("--log-every", type=positive_int, default=100, help="steps per logged window")
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate (LAMB: 1e-3)")
+    p.add_argument("--lr", type=learning_rate, default=None, help="peak learning rate (LAMB: 1e-3)")
     p.add_argument("--optimizer", choices=["lamb", "adamw"], default="lamb")
     p.add_argument("--warmup-steps", type=int, default=None, help="default: 10%% of --steps")
     p.add_argument("--no-jit", action="store_true", help="do not compile with XLA")

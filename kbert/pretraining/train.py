@@ -25,6 +25,7 @@ from kbert.training.distribute import (
     is_xla_compiled,
     log_batch_sizes,
 )
+from kbert.training.backup import AtomicBackup
 from kbert.training.optimizers import make_optimizer
 
 # google-research/bert's run_pretraining.py flags: 10,000 warmup steps of
@@ -40,10 +41,6 @@ HISTORY_FILE = "history.json"
 # checkpoints (removed when the run completes).
 LOGS_FOLDER = "logs"
 BACKUP_FOLDER = "backup"
-_STATE = "latest"
-_PREVIOUS_STATE = "previous"
-_WINDOWS_FILE = "windows.json"
-_SEEDS_FILE = "seed_generators.npz"
 
 
 class _ScalarLogs(keras.callbacks.Callback):
@@ -87,87 +84,6 @@ def _tensorboard(log_dir):
     if importlib.util.find_spec("tensorboard") is not None:
         return keras.callbacks.TensorBoard(log_dir)
     return _ScalarLogs(log_dir)
-
-
-class _AtomicBackup(keras.callbacks.BackupAndRestore):
-    """`BackupAndRestore` whose every checkpoint appears whole or not at all.
-
-    Keras's callback writes `latest.weights.h5` (weights, optimizer state and
-    step counter) and `training_metadata.json` (epochs done) in place, so a
-    kill between or during the two writes leaves a torn state. Here both, and
-    the logged windows, are written to a new folder that then replaces
-    `latest/`; the one before is kept as `previous/` (Keras's
-    `double_checkpoint`) until the new one is in place. The dropout seed
-    generators' states, which `save_weights` leaves out, are saved too, so a
-    resumed run draws the same dropout masks as an uninterrupted one.
-
-    Under MultiWorkerMirroredStrategy every worker restores from the shared
-    `backup_dir` and saves, but only the chief saves there: the others save
-    to a scratch folder (`chief_folder`), so the checkpoint has one writer.
-    """
-
-    def __init__(self, backup_dir, logger, strategy=None):
-        super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=False)
-        self.logger = logger
-        self.strategy = strategy
-        # Read once: the epochs done, the windows and the weights must come
-        # from the same checkpoint.
-        restored, self.restored_epoch, self.restored_windows = self.restore_point(backup_dir)
-        restored = restored or os.path.join(backup_dir, _STATE)
-        self._weights_path = os.path.join(restored, "latest.weights.h5")
-        self._training_metadata_path = os.path.join(restored, "training_metadata.json")
-        self._seeds_path = os.path.join(restored, _SEEDS_FILE)
-
-    @staticmethod
-    def restore_point(backup_dir):
-        """(folder, epochs done, logged windows) of the last complete checkpoint.
-
-        (None, 0, []) when there is none. Reads only: with several workers,
-        each reads while the chief may be writing the next checkpoint.
-        """
-        for name in (_STATE, _PREVIOUS_STATE):
-            folder = os.path.join(backup_dir, name)
-            try:
-                with open(os.path.join(folder, _WINDOWS_FILE)) as f:
-                    windows = json.load(f)
-                with open(os.path.join(folder, "training_metadata.json")) as f:
-                    return folder, json.load(f)["epoch"], windows
-            except FileNotFoundError:
-                continue
-        return None, 0, []
-
-    def _seed_states(self):
-        return [v for v in self.model.variables if "seed_generator_state" in v.path]
-
-    def on_train_begin(self, logs=None):
-        super().on_train_begin(logs)
-        if os.path.isfile(self._seeds_path):
-            with np.load(self._seeds_path) as saved:
-                for index, variable in enumerate(self._seed_states()):
-                    variable.assign(saved[str(index)])
-
-    def _save_model(self):
-        with chief_folder(self.backup_dir, self.strategy) as backup_dir:
-            self._save_to(backup_dir)
-
-    def _save_to(self, backup_dir):
-        os.makedirs(backup_dir, exist_ok=True)
-        latest = os.path.join(backup_dir, _STATE)
-        previous = os.path.join(backup_dir, _PREVIOUS_STATE)
-        staging = tempfile.mkdtemp(prefix=".state-", dir=backup_dir)
-        self.model.save_weights(os.path.join(staging, "latest.weights.h5"))
-        states = {str(i): keras.ops.convert_to_numpy(v) for i, v in enumerate(self._seed_states())}
-        np.savez(os.path.join(staging, _SEEDS_FILE), **states)
-        with open(os.path.join(staging, "training_metadata.json"), "w") as f:
-            json.dump({"epoch": self._current_epoch, "batch": 0}, f)
-        # Written last: restore_point() takes a folder holding it as complete.
-        with open(os.path.join(staging, _WINDOWS_FILE), "w") as f:
-            json.dump(self.logger.windows, f)
-        if os.path.isdir(latest):
-            shutil.rmtree(previous, ignore_errors=True)
-            os.rename(latest, previous)
-        os.rename(staging, latest)
-        shutil.rmtree(previous, ignore_errors=True)
 
 
 class _WindowLogger(keras.callbacks.Callback):
@@ -355,11 +271,8 @@ def pretrain(
             num_train_steps,
             warmup_steps=num_warmup_steps,
             weight_decay=weight_decay,
+            dtype=dtype,
         )
-        if keras.dtype_policies.get(dtype or keras.config.dtype_policy()).name == "mixed_float16":
-            # float16 gradients underflow without loss scaling; Keras only adds it
-            # by itself when the model's own policy (not its layers') is float16.
-            optimizer_instance = keras.optimizers.LossScaleOptimizer(optimizer_instance)
         compile_for_strategy(model, strategy, jit_compile=jit_compile, optimizer=optimizer_instance)
         if checkpoint_every is not None and not model.built:
             # BackupAndRestore restores into built models only.
@@ -375,8 +288,8 @@ def pretrain(
         callbacks = [logger, _tensorboard(os.path.join(out_folder, LOGS_FOLDER))]
         done_windows = 0
         if checkpoint_every is not None:
-            backup = _AtomicBackup(backup_dir, logger, strategy)
-            done_windows, logger.windows = backup.restored_epoch, backup.restored_windows
+            backup = AtomicBackup(backup_dir, lambda: logger.windows, strategy)
+            done_windows, logger.windows = backup.restored_epoch, backup.restored_state or []
             logger.step = done_windows * log_every
             callbacks.append(backup)
         # Windows of log_every steps (Keras epochs), then one shorter window for

@@ -34,6 +34,9 @@ from kbert.tabular import read_table
 # Training batches are padded to a multiple of this many tokens (see
 # `Task.train_dataset`): few shapes for XLA to compile, little padding wasted.
 BUCKET_WIDTH = 32
+# Epoch e of a run with seed s is shuffled with the seed STRIDE * s + e, so
+# epochs and seeds never share a shuffle.
+EPOCH_SEED_STRIDE = 1_000_003
 # Examples tokenized per call of the preprocessor in `encode`.
 ENCODE_CHUNK = 1024
 # A float32 artefact computes what Keras computes in another order: outputs
@@ -156,13 +159,19 @@ class Task:
         """`Encoded` rows for `examples`."""
         raise NotImplementedError
 
-    def train_dataset(self, examples, batch_size, seed=0):
-        """Shuffled training batches, `(dataset, batches_per_epoch)`.
+    def train_dataset(self, examples, batch_size, seed=0, epochs=1, first_epoch=0):
+        """Shuffled training batches for epochs `first_epoch` .. `epochs - 1`.
 
-        Rows of similar length are batched together and padded to a multiple of
-        `BUCKET_WIDTH`: dense batches, and few shapes for XLA to compile. The
-        count is exact, since each bucket gives ceil(size / batch_size) batches
-        whatever the shuffle.
+        Each epoch is shuffled by a seed of its own, derived from `seed` and
+        the epoch's number, so a run resumed at epoch k sees the batches an
+        uninterrupted run sees from epoch k on. Rows of similar length are
+        batched together and padded to a multiple of `BUCKET_WIDTH`: dense
+        batches, and few shapes for XLA to compile.
+
+        Returns:
+            `(dataset, batches_per_epoch)`. The count is exact, since each
+            bucket gives ceil(size / batch_size) batches whatever the shuffle;
+            fit with `steps_per_epoch=batches_per_epoch`.
         """
         import tensorflow as tf
 
@@ -172,6 +181,10 @@ class Task:
         lengths = encoded.features["padding_mask"].sum(axis=1)
         bucket_sizes = np.bincount(np.searchsorted(boundaries, lengths, side="right"))
         batches = int(sum(-(-int(size) // batch_size) for size in bucket_sizes))
+        padding = tf.nest.map_structure(
+            lambda target: tf.constant(self.target_padding, tf.as_dtype(target.dtype)),
+            encoded.targets,
+        )
 
         def trim(features, target):
             used = tf.reduce_sum(features["padding_mask"])
@@ -180,23 +193,23 @@ class Task:
                 target = tf.nest.map_structure(lambda t: t[:used] if t.shape.rank else t, target)
             return cut, target
 
-        ds = tf.data.Dataset.from_tensor_slices((encoded.features, encoded.targets))
-        ds = ds.shuffle(len(encoded), seed=seed, reshuffle_each_iteration=True)
-        ds = ds.map(trim, num_parallel_calls=tf.data.AUTOTUNE)
-        ds = ds.bucket_by_sequence_length(
-            lambda features, target: tf.shape(features["token_ids"])[0],
-            bucket_boundaries=boundaries,
-            bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
-            pad_to_bucket_boundary=True,
-            padding_values=(
-                {name: 0 for name in ENCODER_INPUTS},
-                tf.nest.map_structure(
-                    lambda target: tf.constant(self.target_padding, tf.as_dtype(target.dtype)),
-                    encoded.targets,
-                ),
-            ),
-        )
-        ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
+        rows = tf.data.Dataset.from_tensor_slices((encoded.features, encoded.targets))
+
+        def epoch(index):
+            ds = rows.shuffle(len(encoded), seed=EPOCH_SEED_STRIDE * seed + index)
+            ds = ds.map(trim, num_parallel_calls=tf.data.AUTOTUNE)
+            return ds.bucket_by_sequence_length(
+                lambda features, target: tf.shape(features["token_ids"])[0],
+                bucket_boundaries=boundaries,
+                bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
+                pad_to_bucket_boundary=True,
+                padding_values=({name: 0 for name in ENCODER_INPUTS}, padding),
+            )
+
+        ds = epoch(first_epoch)
+        for index in range(first_epoch + 1, epochs):
+            ds = ds.concatenate(epoch(index))
+        ds = ds.apply(tf.data.experimental.assert_cardinality(batches * (epochs - first_epoch)))
         return ds.prefetch(tf.data.AUTOTUNE), batches
 
     # What pads per-token targets in bucketed batches (ignored by the loss).

@@ -6,7 +6,11 @@ schedule and writes a model folder (`kbert.modelfolder`). It never tests the
 task's name: everything that differs between tasks is a call into the task.
 """
 
+import hashlib
+import json
 import math
+import os
+import shutil
 import sys
 import time
 
@@ -24,12 +28,18 @@ from kbert.training.distribute import (
     get_strategy,
     log_batch_sizes,
 )
+from kbert.training.backup import AtomicBackup
 from kbert.training.optimizers import make_optimizer
 
 # BERT paper, section 4/A.3: warm up over the first 10% of steps.
 DEFAULT_WARMUP_FRACTION = 0.1
 # Training-curve points kept per epoch in metrics.json.
 CURVE_POINTS_PER_EPOCH = 20
+# Beside `out`, a run keeps its epoch checkpoints here until it has written
+# `out`; the same command run again after a crash resumes from them.
+RESUME_PREFIX = ".kbert-resume-"
+# What identifies a run in its resume folder.
+RUN_FILE = "run.json"
 
 
 class TrainingDiverged(ValueError):
@@ -39,11 +49,11 @@ class TrainingDiverged(ValueError):
 class _StepLossLogger(keras.callbacks.Callback):
     """Keeps the training loss every `every` steps, for the curve in metrics.json."""
 
-    def __init__(self, every):
+    def __init__(self, every, curve=(), step=0):
         super().__init__()
         self.every = every
-        self.curve = []
-        self._step = 0
+        self.curve = list(curve)
+        self._step = step
 
     def on_train_batch_end(self, batch, logs=None):
         self._step += 1
@@ -58,8 +68,9 @@ class _StopOnNonFiniteLoss(keras.callbacks.Callback):
     if it had finished; a diverged model must never be saved as a result.
     """
 
-    def __init__(self):
+    def __init__(self, kept):
         super().__init__()
+        self.kept = kept
         self._epoch = 0
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -68,9 +79,10 @@ class _StopOnNonFiniteLoss(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(float(loss)):
+            kept = f"; the last complete epoch is kept in {self.kept} for inspection" if self._epoch else ""
             raise TrainingDiverged(
                 f"training diverged: the loss is {float(loss)} at epoch {self._epoch + 1}, "
-                f"step {batch + 1}; lower the learning rate (nothing was saved as a result)"
+                f"step {batch + 1}; lower the learning rate (no model was written){kept}"
             )
 
 
@@ -94,6 +106,7 @@ def finetune(
     lowercase=None,
     strategy="auto",
     overwrite=False,
+    deterministic=False,
     verbose="auto",
     log=None,
 ):
@@ -116,7 +129,16 @@ def finetune(
         dtype: str. A dtype policy such as "mixed_bfloat16".
         strategy: str. A `tf.distribute` strategy name (see
             `kbert.training.distribute.STRATEGIES`); `batch_size` is global.
+        overwrite: bool. Replace `out` if it is a kbert model folder.
+        deterministic: bool. TensorFlow op determinism: the same weights,
+            bit for bit, from the same command, also across a resume.
         log: callable taking a str, for progress lines (default: stderr).
+
+    A run checkpoints every epoch into a folder beside `out`
+    (`.kbert-resume-NAME`); if it is killed, the same call resumes from its
+    last complete epoch, with the shuffles and dropout an uninterrupted run
+    would have used. The folder is removed once `out` is written; a run with
+    other settings starts afresh.
 
     Returns:
         dict. The task's dev figures, the training time and curve.
@@ -139,6 +161,10 @@ def finetune(
     dev_examples = task_class.read(dev, options)
     task_settings = task_class.learn(train_examples, train)
 
+    if deterministic:
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(seed)
     strategy = get_strategy(strategy)
     log_batch_sizes(strategy, batch_size)
@@ -160,7 +186,21 @@ def finetune(
     task.check(dev_examples, dev)
     log(f"{task.name}: {len(train_examples)} training examples from {train}, "
         f"{len(dev_examples)} dev examples from {dev}")
-    train_ds, steps_per_epoch = task.train_dataset(train_examples, batch_size, seed=seed)
+    run = {
+        "task": task.name, "task_settings": task.settings(), "options": options,
+        "train": _file_identity(train), "dev": _file_identity(dev), "init": init,
+        "vocab": _file_identity(vocab) if vocab else None, "lowercase": lowercase,
+        "sequence_length": sequence_length, "batch_size": batch_size, "epochs": epochs,
+        "learning_rate": learning_rate, "warmup_fraction": warmup_fraction,
+        "weight_decay": weight_decay, "jit_compile": jit_compile, "dtype": dtype, "seed": seed,
+    }
+    resume_dir = _resume_folder(out, run, log)
+    _, first_epoch, curve = AtomicBackup.restore_point(resume_dir)
+    if first_epoch:
+        log(f"resuming from the checkpoint of epoch {first_epoch} in {resume_dir}")
+    train_ds, steps_per_epoch = task.train_dataset(
+        train_examples, batch_size, seed=seed, epochs=epochs, first_epoch=first_epoch
+    )
     dev_encoded = task.encode(dev_examples)
     dev_ds = task.eval_dataset(dev_encoded, batch_size)
 
@@ -177,21 +217,33 @@ def finetune(
                 total_steps,
                 warmup_steps=int(warmup_fraction * total_steps),
                 weight_decay=weight_decay,
+                dtype=dtype,
             ),
             **task.compile_args(),
         )
     if verbose == "auto":
         verbose = 1 if sys.stdout.isatty() else 2
-    step_logger = _StepLossLogger(every=max(1, steps_per_epoch // CURVE_POINTS_PER_EPOCH))
-    start = time.perf_counter()
-    history = model.fit(
-        train_ds,
-        validation_data=dev_ds,
-        epochs=epochs,
-        callbacks=[_StopOnNonFiniteLoss(), step_logger],
-        shuffle=False,  # the dataset shuffles itself
-        verbose=verbose,
+    step_logger = _StepLossLogger(
+        every=max(1, steps_per_epoch // CURVE_POINTS_PER_EPOCH),
+        curve=curve or (),
+        step=first_epoch * steps_per_epoch,
     )
+    backup = AtomicBackup(resume_dir, lambda: step_logger.curve, strategy)
+    start = time.perf_counter()
+    try:
+        history = model.fit(
+            train_ds,
+            validation_data=dev_ds,
+            epochs=epochs,
+            steps_per_epoch=steps_per_epoch,
+            callbacks=[_StopOnNonFiniteLoss(resume_dir), step_logger, backup],
+            shuffle=False,  # the dataset shuffles itself
+            verbose=verbose,
+        )
+    except TrainingDiverged:
+        if AtomicBackup.restore_point(resume_dir)[0] is None:
+            shutil.rmtree(resume_dir, ignore_errors=True)  # no epoch to keep
+        raise
     train_seconds = time.perf_counter() - start
 
     outputs = task.run(model, dev_encoded.features, batch_size)
@@ -200,7 +252,8 @@ def finetune(
         train_examples=len(train_examples),
         epochs=epochs,
         train_seconds=round(train_seconds, 1),
-        train_sequences_per_second=round(len(train_examples) * epochs / train_seconds, 2),
+        train_sequences_per_second=round(len(train_examples) * (epochs - first_epoch) / train_seconds, 2),
+        resumed_from_epoch=first_epoch,
         history={k: [float(v) for v in values] for k, values in history.history.items()},
         training_curve=step_logger.curve,
     )
@@ -215,4 +268,40 @@ def finetune(
     # Under MultiWorkerMirroredStrategy only the chief writes `out`.
     with chief_folder(out, strategy) as folder:
         write_model_folder(folder, model, vocabulary, task, settings, metrics, overwrite=overwrite)
+    shutil.rmtree(resume_dir, ignore_errors=True)
     return metrics
+
+
+def _file_identity(path):
+    """A file's absolute path, size and modification time: enough to tell a changed file."""
+    stat = os.stat(path)
+    return {"path": os.path.abspath(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _resume_folder(out, run, log):
+    """The resume folder of `out` for `run`; an earlier run's with other settings is removed.
+
+    The folder is kbert's own (named after `out`, holding `run.json`), so
+    removing it loses nothing of the user's.
+    """
+    folder = os.path.join(
+        os.path.dirname(os.path.abspath(out)), RESUME_PREFIX + os.path.basename(os.path.normpath(out))
+    )
+    fingerprint = hashlib.sha256(json.dumps(run, sort_keys=True).encode()).hexdigest()
+    path = os.path.join(folder, RUN_FILE)
+    if os.path.isdir(folder):
+        try:
+            with open(path) as f:
+                earlier = json.load(f).get("fingerprint")
+        except (OSError, ValueError):
+            earlier = None
+        if earlier == fingerprint:
+            return folder
+        if earlier is None and os.listdir(folder):
+            raise ValueError(f"{folder} is in the way and kbert did not write it; move it aside")
+        log(f"starting afresh: {folder} holds the checkpoints of a run with other settings")
+        shutil.rmtree(folder)
+    os.makedirs(folder)
+    with open(path, "w") as f:
+        json.dump({"fingerprint": fingerprint, "run": run}, f, indent=2)
+    return folder

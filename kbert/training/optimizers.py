@@ -64,8 +64,14 @@ def make_optimizer(
     warmup_steps=0,
     weight_decay=DEFAULT_WEIGHT_DECAY,
     global_clipnorm=DEFAULT_GLOBAL_CLIPNORM,
+    dtype=None,
 ):
     """Keras AdamW or LAMB on the warmup/decay schedule, decay off for LayerNorm and biases.
+
+    Under the "mixed_float16" policy (`dtype`, or the global policy) the
+    optimizer is wrapped in a `LossScaleOptimizer`: float16 gradients
+    underflow without loss scaling, and Keras adds it by itself only when the
+    model's own policy (not its layers') is float16.
 
     Args:
         name: str. "adamw" or "lamb".
@@ -74,6 +80,7 @@ def make_optimizer(
         warmup_steps: int. Linear warmup steps.
         weight_decay: float. Decoupled weight decay.
         global_clipnorm: float or None. Clip gradients to this global norm.
+        dtype: str or None. The dtype policy the model trains under.
 
     Example:
     >>> optimizer = make_optimizer("adamw", 5e-5, total_steps=1000, warmup_steps=100)
@@ -96,4 +103,6 @@ def make_optimizer(
     else:
         raise ValueError(f"optimizer {name!r} is not one of 'adamw', 'lamb'")
     optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY))
+    if keras.dtype_policies.get(dtype or keras.config.dtype_policy()).name == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
