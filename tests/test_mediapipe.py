@@ -276,7 +276,7 @@ def test_write_rejects_a_vocabulary_without_pad_first(tmp_path, finetuned):
     with pytest.raises(ValueError, match="id 0 must be '\\[PAD\\]'"):
         mediapipe.write_text_classifier(
             finetuned.model, vocabulary, finetuned.labels, SEQ_LEN,
-            {"mediapipe": str(tmp_path / "m.tflite")},
+            {"mediapipe": str(tmp_path / "m.tflite")}, finetuned.task,
         )
 
 

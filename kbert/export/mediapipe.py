@@ -120,7 +120,7 @@ def export_text_classifier(folder, out, examples, reference, cache_dir=None, tas
     # Created up front and side by side: a first run spends most of its time in pip.
     mediapipe_env.ensure_environments([_WORKER_COMMANDS[r][2] for r in paths], cache_dir)
     contracts = write_text_classifier(
-        folder.model, folder.vocabulary, task.labels, folder.sequence_length, paths, cache_dir, task
+        folder.model, folder.vocabulary, task.labels, folder.sequence_length, paths, task, cache_dir
     )
     _write_text(os.path.join(out, LABELS_FILE), "".join(f"{label}\n" for label in task.labels))
     keras_probs = task.scores(reference)
@@ -172,7 +172,7 @@ EXPORTERS = {
 }
 
 
-def write_text_classifier(model, vocabulary, labels, sequence_length, paths, cache_dir=None, task=None):
+def write_text_classifier(model, vocabulary, labels, sequence_length, paths, task, cache_dir=None):
     """Writes `model` as `.tflite` files with a softmax and each runtime's metadata.
 
     Args:
@@ -184,10 +184,9 @@ def write_text_classifier(model, vocabulary, labels, sequence_length, paths, cac
             place): "mediapipe" (MediaPipe's writer, for `TextClassifier`) and/or
             "task_library" (tflite-support's writer, for `BertNLClassifier`). The
             model is converted once for all of them.
+        task: the classification `Task` whose model this is.
         cache_dir: str. Where the writers' environments live (see
             `mediapipe_env.ensure_environment`).
-        task: the classification `Task` whose model this is (default:
-            text-classification with `labels`).
 
     Returns:
         dict. Runtime -> the file's contract, as `check_contract` read it back.
@@ -197,7 +196,7 @@ def write_text_classifier(model, vocabulary, labels, sequence_length, paths, cac
         raise ValueError(f"paths for runtimes {sorted(paths)}; expected some of {list(RUNTIMES)}")
     _check_vocabulary(vocabulary)
     _check_labels(labels, model.output.shape[-1])
-    content = probability_tflite(model, sequence_length, task or _classification_task(vocabulary, labels, sequence_length))
+    content = probability_tflite(model, sequence_length, task)
     contracts = {}
     for runtime, path in paths.items():
         _write_with_metadata(content, vocabulary, labels, path, runtime, cache_dir)
@@ -223,12 +222,6 @@ def probability_tflite(model, sequence_length, task):
         tracked=model,
     )
 
-
-def _classification_task(vocabulary, labels, sequence_length):
-    from kbert.tasks import TASKS
-    from kbert.text import WordPieceTokenizer
-
-    return TASKS["text-classification"](WordPieceTokenizer(vocabulary), sequence_length, labels=list(labels))
 
 
 def check_contract(path, vocabulary, labels, sequence_length, runtime="mediapipe", cache_dir=None):

