@@ -98,7 +98,7 @@ def _copy_atomically(source, destination):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("export_folder", help="output of tools/mediapipe_export.py")
+    parser.add_argument("export_folder", help="a kbert export folder (kbert export --formats mediapipe)")
     parser.add_argument("--assets", default=APP_ASSETS, help="the app's assets folder")
     args = parser.parse_args(argv)
     try:

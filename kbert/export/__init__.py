@@ -1,9 +1,11 @@
-"""Export a fine-tuned kbert model to TF Serving, TFLite and ONNX, each verified.
+"""Export a fine-tuned kbert model to TF Serving, TFLite, ONNX and MediaPipe, each verified.
 
-One call (or `kbert export`) turns a model folder from `kbert finetune` into a
-SavedModel for TF Serving, TFLite models (float32, float16, dynamic-range int8,
-int8, 16x8, and a string-in variant) and ONNX models (fused float32, dynamic
-int8), and holds every artefact to the Keras model on a labelled data set:
+One call (or `kbert export`) turns a model folder from `kbert finetune`, of
+any task, into a SavedModel for TF Serving, TFLite models (float32, float16,
+dynamic-range int8, int8, 16x8, and a string-in variant), ONNX models (fused
+float32, dynamic int8) and, for tasks an on-device runtime runs, a file with
+MediaPipe's metadata; it holds every artefact to the Keras model on the
+task's dev data, by the task's own figure:
 
     from kbert.export import export_model
     report = export_model("runs/debian-minilm", "saved_models/debian",
@@ -11,8 +13,10 @@ int8), and holds every artefact to the Keras model on a labelled data set:
                           calibration="data/debian-packages/train.csv")
 
 Modules: `graph` (the converter-friendly forward pass), `savedmodel`,
-`tflite`, `onnx`, `verify` (figures, budgets, report), `exporter` (the whole
-run), `options` (names and defaults), `cli` (the `kbert export` subcommand).
+`tflite`, `onnx`, `mediapipe` (with `mediapipe_env` and `mediapipe_worker`:
+MediaPipe's tools in their own environment), `verify` (latency, report),
+`exporter` (the whole run), `options` (names and defaults), `cli` (the
+`kbert export` subcommand).
 TensorFlow is imported on first use of `export_model`, so `kbert.export.cli`
 builds its parser without it.
 """

@@ -1,0 +1,244 @@
+"""Fine-tuning, kbert and keras-hub side by side: dev figures over seeds, and `fit`'s wall-clock.
+
+Both fine-tune the same checkpoint (keras-hub's `BertBackbone` gets its
+weights through `kbert.checkpoints.to_keras_hub`) with the same recipe: AdamW
+on BERT's schedule (`kbert.training.make_optimizer`), batch, epochs, sequence
+length, dtype policy, seeds. kbert runs its product path
+(`kbert.training.finetune.finetune`, as `kbert finetune` does); keras-hub
+runs its own `BertTextClassifier` with its `BertTextClassifierPreprocessor`
+(which takes a tuple of two string tensors for sentence pairs). Both are
+scored by the task's own metrics (`Task.evaluate`). Baselines: the majority
+class (classification), TF-IDF + logistic regression (single texts), and
+the zero-shot cosine of the checkpoint's sentence embeddings (pair
+regression). Prints one JSON object; `--out FILE` writes it too.
+
+    python tools/benchmark_finetune.py --task text-pair-classification \\
+        --train ../shared/data/glue-mrpc/train.tsv --dev ../shared/data/glue-mrpc/dev.tsv \\
+        --impls kbert,keras-hub --seeds 0,1,2
+    python tools/benchmark_finetune.py --task text-pair-regression \\
+        --train ../shared/data/glue-stsb/train.tsv --dev ../shared/data/glue-stsb/dev.tsv \\
+        --impls kbert --seeds 0,1,2
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+IMPLS = ("kbert", "keras-hub")
+BASELINES = ("majority", "tfidf", "zero-shot-cosine")
+
+
+def parse_args(argv=None):
+    from kbert.cliargs import learning_rate, positive_int
+    from kbert.tasks import TASKS
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default="text-classification", choices=list(TASKS))
+    parser.add_argument("--train", required=True)
+    parser.add_argument("--dev", required=True)
+    parser.add_argument("--init", default="all-minilm-l6-v2")
+    parser.add_argument("--impls", default="kbert,keras-hub")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--epochs", type=positive_int, default=3)
+    parser.add_argument("--lr", type=learning_rate, default=5e-5)
+    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--seq-len", type=positive_int, default=128)
+    parser.add_argument("--dtype", default="mixed_bfloat16")
+    parser.add_argument("--baselines", default=",".join(BASELINES), help="those that fit the task")
+    parser.add_argument("--out", help="also write the JSON here")
+    args = parser.parse_args(argv)
+    args.impls = [i for i in args.impls.split(",") if i]
+    unknown = [i for i in args.impls if i not in IMPLS]
+    if unknown:
+        parser.error(f"--impls {unknown[0]}: expected some of {', '.join(IMPLS)}")
+    try:
+        args.seeds = [int(s) for s in args.seeds.split(",") if s]
+    except ValueError:
+        parser.error(f"--seeds {args.seeds}: expected integers separated by commas")
+    args.baselines = [b for b in args.baselines.split(",") if b]
+    for path in (args.train, args.dev):
+        if not os.path.isfile(path):
+            parser.error(f"{path}: no such file")
+    return args
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def run_kbert(args, seed, work):
+    from kbert.tasks import get_task
+    from kbert.training.finetune import finetune
+
+    metrics = finetune(
+        args.train, args.dev, args.init, os.path.join(work, f"kbert-{seed}"), task=args.task,
+        sequence_length=args.seq_len, batch_size=args.batch_size, epochs=args.epochs,
+        learning_rate=args.lr, dtype=args.dtype, seed=seed, verbose=0, log=log,
+    )
+    return {**get_task(args.task).summary(metrics), "fit_seconds": metrics["train_seconds"]}
+
+
+def run_keras_hub(args, seed, task_class, train, dev):
+    """keras-hub's `BertTextClassifier` on the same checkpoint, data and recipe."""
+    import keras
+    import keras_hub
+    import numpy as np
+    import tensorflow as tf
+
+    from kbert.checkpoints import load_hf_checkpoint, to_keras_hub
+    from kbert.tasks.classification import softmax
+    from kbert.text import WordPieceTokenizer
+    from kbert.training import make_optimizer
+
+    settings = task_class.learn(train, args.train)
+    if "labels" not in settings:
+        raise ValueError(f"keras-hub has a classifier only; task {args.task!r} is not one")
+    keras.utils.set_random_seed(seed)
+    checkpoint = load_hf_checkpoint(args.init, dtype=args.dtype)
+    task = task_class(WordPieceTokenizer(checkpoint.vocabulary), args.seq_len, **settings)
+    tokenizer = keras_hub.models.BertTokenizer(
+        vocabulary=checkpoint.vocabulary, lowercase=checkpoint.lowercase
+    )
+    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(
+        tokenizer, sequence_length=args.seq_len
+    )
+    model = keras_hub.models.BertTextClassifier(
+        to_keras_hub(checkpoint.encoder, dtype=args.dtype), len(task.labels),
+        preprocessor=preprocessor, dtype=args.dtype,
+    )
+
+    def inputs(examples):
+        columns = tuple(tf.constant([e["texts"][i] for e in examples]) for i in range(len(task.text_inputs)))
+        return columns if len(columns) > 1 else columns[0]
+
+    train_ds = tf.data.Dataset.from_tensor_slices((inputs(train), task.label_ids(train)))
+    train_ds = train_ds.shuffle(len(train), seed=seed).batch(args.batch_size)
+    dev_ds = tf.data.Dataset.from_tensor_slices((inputs(dev), task.label_ids(dev))).batch(args.batch_size)
+    steps = -(-len(train) // args.batch_size) * args.epochs
+    model.compile(
+        optimizer=make_optimizer("adamw", args.lr, steps, warmup_steps=int(0.1 * steps), dtype=args.dtype),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+    )
+    start = time.perf_counter()
+    model.fit(train_ds, validation_data=dev_ds, epochs=args.epochs, verbose=0)
+    seconds = time.perf_counter() - start
+    logits = model.predict(tf.data.Dataset.from_tensor_slices(inputs(dev)).batch(64), verbose=0)
+    metrics = task.evaluate(dev, softmax(np.asarray(logits, np.float32)))
+    return {**task.summary(metrics), "fit_seconds": round(seconds, 1)}
+
+
+def baselines(args, task_class, train, dev):
+    """The figures a fine-tuned model must beat, for the baselines that fit the task."""
+    import numpy as np
+
+    from kbert.text import WordPieceTokenizer
+
+    settings = task_class.learn(train, args.train)
+    results = {}
+    if "labels" in settings:
+        task = task_class(WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]), 8, **settings)
+        ids = task.label_ids(train)
+        majority = np.bincount(ids).argmax()
+        if "majority" in args.baselines:
+            predictions = np.eye(len(task.labels), dtype=np.float32)[[majority] * len(dev)]
+            results["majority"] = task.summary(task.evaluate(dev, predictions))
+        if "tfidf" in args.baselines and len(task.text_inputs) == 1:
+            from sklearn.feature_extraction.text import TfidfVectorizer
+            from sklearn.linear_model import LogisticRegression
+
+            vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)
+            features = vectorizer.fit_transform([e["texts"][0] for e in train])
+            classifier = LogisticRegression(max_iter=2000, C=10).fit(features, ids)
+            probabilities = classifier.predict_proba(vectorizer.transform([e["texts"][0] for e in dev]))
+            results["tfidf_logistic_regression"] = task.summary(task.evaluate(dev, probabilities))
+    elif "zero-shot-cosine" in args.baselines and len(task_class.text_inputs) == 2:
+        from kbert.checkpoints import load_hf_checkpoint
+        from kbert.models import bert_embedder
+        from kbert.text import BertPreprocessor
+        from kbert.tasks.text_pair_regression import regression_metrics
+
+        checkpoint = load_hf_checkpoint(args.init)
+        preprocessor = BertPreprocessor(
+            WordPieceTokenizer(checkpoint.vocabulary, lowercase=checkpoint.lowercase), args.seq_len
+        )
+        embedder = bert_embedder(checkpoint.encoder)
+        sides = [
+            embedder.predict(preprocessor([e["texts"][i] for e in dev]), batch_size=64, verbose=0)
+            for i in (0, 1)
+        ]
+        cosine = np.sum(sides[0] * sides[1], axis=-1)
+        figures = regression_metrics(np.array([e["target"] for e in dev]), cosine)
+        results["zero_shot_cosine"] = {k: v for k, v in figures.items() if k != "mse"}
+    return results
+
+
+def spread(values):
+    return {
+        "mean": round(statistics.fmean(values), 4),
+        "std": round(statistics.stdev(values), 4) if len(values) > 1 else 0.0,
+        "min": round(min(values), 4),
+        "max": round(max(values), 4),
+    }
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from kbert.tasks import get_task
+
+    task_class = get_task(args.task)
+    train = task_class.read(args.train)
+    dev = task_class.read(args.dev)
+    report = {
+        "task": args.task,
+        "train": {"path": os.path.relpath(args.train, REPO), "examples": len(train)},
+        "dev": {"path": os.path.relpath(args.dev, REPO), "examples": len(dev)},
+        "recipe": {
+            "init": args.init, "epochs": args.epochs, "learning_rate": args.lr,
+            "batch_size": args.batch_size, "sequence_length": args.seq_len, "dtype": args.dtype,
+            "optimizer": "AdamW, 10% warmup, linear decay, weight decay 0.01",
+        },
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "load_average_before": os.getloadavg(),
+        "runs": [],
+    }
+    report["baselines"] = baselines(args, task_class, train, dev)
+    log(f"baselines: {json.dumps(report['baselines'])}")
+    with tempfile.TemporaryDirectory(prefix="kbert-benchmark-") as work:
+        for seed in args.seeds:
+            for impl in args.impls:
+                log(f"{impl}, seed {seed}")
+                if impl == "kbert":
+                    figures = run_kbert(args, seed, work)
+                else:
+                    figures = run_keras_hub(args, seed, task_class, train, dev)
+                report["runs"].append({"impl": impl, "seed": seed, **figures})
+                log(json.dumps(report["runs"][-1]))
+    report["load_average_after"] = os.getloadavg()
+    summary = {}
+    for impl in args.impls:
+        runs = [r for r in report["runs"] if r["impl"] == impl]
+        keys = [k for k in runs[0] if k not in ("impl", "seed", "n")]
+        summary[impl] = {k: spread([r[k] for r in runs]) for k in keys}
+    report["summary"] = summary
+    if len(args.impls) == 2:
+        kbert, hub = (summary[i]["fit_seconds"]["mean"] for i in IMPLS)
+        report["fit_seconds_ratio_kbert_to_keras_hub"] = round(kbert / hub, 3)
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
