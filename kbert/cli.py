@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from kbert.cliargs import add_task_options, fraction, learning_rate, positive_int
+from kbert.cliargs import add_task_options, fraction, learning_rate, positive_fraction, positive_int
 from kbert.fileio import write_file
 
 # sentence-transformers' all-MiniLM-L6-v2 truncates at 256 word pieces.
@@ -79,6 +79,11 @@ def cmd_finetune(args):
         batch_size=args.batch_size,
         epochs=args.epochs,
         learning_rate=args.lr,
+        warmup_fraction=args.warmup,
+        weight_decay=args.weight_decay,
+        layer_decay=args.layer_decay,
+        ema_momentum=args.ema,
+        reinit_pooler=args.reinit_pooler,
         jit_compile=args.xla,
         dtype=args.dtype,
         seed=args.seed,
@@ -323,6 +328,17 @@ def build_parser():
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--epochs", type=positive_int, default=3)
     p.add_argument("--lr", type=learning_rate, default=5e-5, help="peak learning rate, in (0, 1]")
+    p.add_argument("--warmup", type=fraction, default=0.1, help="share of the steps warming up")
+    p.add_argument("--weight-decay", type=fraction, default=0.01, help="AdamW's decoupled weight decay")
+    p.add_argument(
+        "--layer-decay", type=positive_fraction, default=1.0,
+        help="layer-wise learning-rate decay in (0, 1]; 1 is off",
+    )
+    p.add_argument(
+        "--ema", type=fraction, default=None, metavar="MOMENTUM",
+        help="end on a moving average of the weights with this momentum, e.g. 0.99",
+    )
+    p.add_argument("--reinit-pooler", action="store_true", help="re-initialise the pooler")
     p.add_argument("--xla", action="store_true", help="compile the train step with XLA")
     p.add_argument("--dtype", default=None, help="dtype policy, e.g. mixed_bfloat16")
     p.add_argument("--seed", type=int, default=0)

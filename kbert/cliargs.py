@@ -47,6 +47,14 @@ def learning_rate(value):
     return number
 
 
+def positive_fraction(value):
+    """A finite number in (0, 1]."""
+    number = _finite(value)
+    if not 0 < number <= 1:
+        raise argparse.ArgumentTypeError(f"{value} is not in (0, 1]")
+    return number
+
+
 def fraction(value):
     """A finite number in [0, 1]."""
     number = _finite(value)

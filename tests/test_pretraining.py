@@ -287,3 +287,29 @@ def test_pretrain_in_float16_scales_the_loss_and_stays_finite(tmp_path):
     assert history["settings"]["loss_scaling"] is True
     assert all(math.isfinite(w["loss"]) for w in history["windows"])
     assert history["windows"][-1]["loss"] < history["windows"][0]["loss"] * 1.5
+
+
+def test_layerwise_rates_scale_each_blocks_first_step():
+    """Adam's first step moves every weight by the learning rate (|g| >> epsilon); with
+    layer-wise decay each block moves by its factor of it."""
+    from kbert import bert_classifier
+    from kbert.training import layerwise_multipliers
+
+    model = bert_classifier(CONFIG, 3)
+    factors = layerwise_multipliers(CONFIG.num_layers, 0.5)
+    assert factors["transformer_layer_0"] == 0.5 ** CONFIG.num_layers
+    assert factors["token_embedding"] == 0.5 ** (CONFIG.num_layers + 1)
+    optimizer = make_optimizer(
+        "adamw", 1e-2, total_steps=10, weight_decay=0.0, global_clipnorm=None, lr_multipliers=factors
+    )
+    variables = model.trainable_variables
+    before = {v.path: v.numpy().copy() for v in variables}
+    rng = np.random.default_rng(0)
+    optimizer.apply_gradients([(rng.normal(size=v.shape).astype("float32"), v) for v in variables])
+    for variable in variables:
+        step = np.abs(variable.numpy() - before[variable.path])
+        prefix = variable.path.split("/")[0]
+        # The median: a gradient within a few epsilons of 0 moves its weight less.
+        assert np.median(step) == pytest.approx(1e-2 * factors.get(prefix, 1.0), rel=1e-3), variable.path
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+    assert restored.lr_multipliers == factors

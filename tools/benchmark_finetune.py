@@ -38,7 +38,7 @@ BASELINES = ("majority", "tfidf", "zero-shot-cosine")
 
 
 def parse_args(argv=None):
-    from kbert.cliargs import learning_rate, positive_int
+    from kbert.cliargs import fraction, learning_rate, positive_fraction, positive_int
     from kbert.tasks import TASKS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -53,6 +53,11 @@ def parse_args(argv=None):
     parser.add_argument("--batch-size", type=positive_int, default=32)
     parser.add_argument("--seq-len", type=positive_int, default=128)
     parser.add_argument("--dtype", default="mixed_bfloat16")
+    parser.add_argument("--warmup", type=fraction, default=0.1)
+    parser.add_argument("--weight-decay", type=fraction, default=0.01)
+    parser.add_argument("--layer-decay", type=positive_fraction, default=1.0, help="kbert only")
+    parser.add_argument("--ema", type=fraction, default=None, help="kbert only")
+    parser.add_argument("--reinit-pooler", action="store_true", help="kbert only")
     parser.add_argument("--baselines", default=",".join(BASELINES), help="those that fit the task")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
@@ -82,7 +87,9 @@ def run_kbert(args, seed, work):
     metrics = finetune(
         args.train, args.dev, args.init, os.path.join(work, f"kbert-{seed}"), task=args.task,
         sequence_length=args.seq_len, batch_size=args.batch_size, epochs=args.epochs,
-        learning_rate=args.lr, dtype=args.dtype, seed=seed, verbose=0, log=log,
+        learning_rate=args.lr, warmup_fraction=args.warmup, weight_decay=args.weight_decay,
+        layer_decay=args.layer_decay, ema_momentum=args.ema, reinit_pooler=args.reinit_pooler,
+        dtype=args.dtype, seed=seed, verbose=0, log=log,
     )
     return {**get_task(args.task).summary(metrics), "fit_seconds": metrics["train_seconds"]}
 
@@ -125,7 +132,10 @@ def run_keras_hub(args, seed, task_class, train, dev):
     dev_ds = tf.data.Dataset.from_tensor_slices((inputs(dev), task.label_ids(dev))).batch(args.batch_size)
     steps = -(-len(train) // args.batch_size) * args.epochs
     model.compile(
-        optimizer=make_optimizer("adamw", args.lr, steps, warmup_steps=int(0.1 * steps), dtype=args.dtype),
+        optimizer=make_optimizer(
+            "adamw", args.lr, steps, warmup_steps=int(args.warmup * steps),
+            weight_decay=args.weight_decay, dtype=args.dtype,
+        ),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
     )
@@ -205,7 +215,10 @@ def main(argv=None):
         "recipe": {
             "init": args.init, "epochs": args.epochs, "learning_rate": args.lr,
             "batch_size": args.batch_size, "sequence_length": args.seq_len, "dtype": args.dtype,
-            "optimizer": "AdamW, 10% warmup, linear decay, weight decay 0.01",
+            "optimizer": "AdamW (BERT's: no decay on LayerNorm and biases), linear warmup then linear decay",
+            "warmup_fraction": args.warmup, "weight_decay": args.weight_decay,
+            "kbert_only": {"layer_decay": args.layer_decay, "ema_momentum": args.ema,
+                           "reinit_pooler": args.reinit_pooler},
         },
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "load_average_before": os.getloadavg(),

@@ -29,7 +29,7 @@ from kbert.training.distribute import (
     log_batch_sizes,
 )
 from kbert.training.backup import AtomicBackup
-from kbert.training.optimizers import make_optimizer
+from kbert.training.optimizers import DEFAULT_WEIGHT_DECAY, layerwise_multipliers, make_optimizer
 
 # BERT paper, section 4/A.3: warm up over the first 10% of steps.
 DEFAULT_WARMUP_FRACTION = 0.1
@@ -98,7 +98,10 @@ def finetune(
     epochs=3,
     learning_rate=5e-5,
     warmup_fraction=DEFAULT_WARMUP_FRACTION,
-    weight_decay=0.01,
+    weight_decay=DEFAULT_WEIGHT_DECAY,
+    layer_decay=1.0,
+    ema_momentum=None,
+    reinit_pooler=False,
     jit_compile=False,
     dtype=None,
     seed=0,
@@ -125,6 +128,16 @@ def finetune(
             `{"text_column": "review"}`.
         sequence_length: int. Packed length; longer inputs are truncated (or
             windowed, by tasks that window).
+        warmup_fraction: float. Share of the steps warming the rate up.
+        weight_decay: float. AdamW's decoupled weight decay (not on LayerNorm
+            and biases).
+        layer_decay: float in (0, 1]. Layer-wise learning-rate decay
+            (`kbert.training.layerwise_multipliers`); 1 is off.
+        ema_momentum: float or None. End on an exponential moving average of
+            the weights.
+        reinit_pooler: bool. Re-initialise the pooler's dense layer instead of
+            keeping the checkpoint's (Zhang et al., 2021, "Revisiting
+            few-sample BERT fine-tuning").
         jit_compile: bool. Compile the train step with XLA.
         dtype: str. A dtype policy such as "mixed_bfloat16".
         strategy: str. A `tf.distribute` strategy name (see
@@ -192,7 +205,8 @@ def finetune(
         "vocab": _file_identity(vocab) if vocab else None, "lowercase": lowercase,
         "sequence_length": sequence_length, "batch_size": batch_size, "epochs": epochs,
         "learning_rate": learning_rate, "warmup_fraction": warmup_fraction,
-        "weight_decay": weight_decay, "jit_compile": jit_compile, "dtype": dtype, "seed": seed,
+        "weight_decay": weight_decay, "layer_decay": layer_decay, "ema_momentum": ema_momentum,
+        "reinit_pooler": reinit_pooler, "jit_compile": jit_compile, "dtype": dtype, "seed": seed,
     }
     resume_dir = _resume_folder(out, run, log)
     _, first_epoch, curve = AtomicBackup.restore_point(resume_dir)
@@ -207,6 +221,8 @@ def finetune(
     total_steps = steps_per_epoch * epochs
     with strategy.scope():
         model = task.build_model(encoder, dtype=dtype)
+        if reinit_pooler:
+            _reinitialise(encoder.get_layer("pooler"), config.initializer_range)
         compile_for_strategy(
             model,
             strategy,
@@ -218,6 +234,8 @@ def finetune(
                 warmup_steps=int(warmup_fraction * total_steps),
                 weight_decay=weight_decay,
                 dtype=dtype,
+                lr_multipliers=layerwise_multipliers(config.num_layers, layer_decay) if layer_decay < 1 else None,
+                ema_momentum=ema_momentum,
             ),
             **task.compile_args(),
         )
@@ -270,6 +288,13 @@ def finetune(
         write_model_folder(folder, model, vocabulary, task, settings, metrics, overwrite=overwrite)
     shutil.rmtree(resume_dir, ignore_errors=True)
     return metrics
+
+
+def _reinitialise(dense, stddev):
+    """Fresh weights for a Dense layer: truncated normal kernel, zero bias (BERT's init)."""
+    dense.kernel.assign(keras.initializers.TruncatedNormal(stddev=stddev)(dense.kernel.shape))
+    if dense.use_bias:
+        dense.bias.assign(keras.ops.zeros(dense.bias.shape))
 
 
 def _file_identity(path):

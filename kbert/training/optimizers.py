@@ -57,6 +57,70 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
+@keras.saving.register_keras_serializable(package="kbert")
+class LayerwiseAdamW(keras.optimizers.AdamW):
+    """AdamW whose learning rate is scaled per variable (layer-wise learning-rate decay).
+
+    Args:
+        lr_multipliers: dict of variable-path prefix -> factor on the learning
+            rate (and on the decoupled weight decay, which AdamW scales by the
+            rate). A variable whose path starts with no prefix gets 1.
+        **kwargs: `keras.optimizers.AdamW`'s arguments.
+    """
+
+    def __init__(self, lr_multipliers=None, **kwargs):
+        super().__init__(**kwargs)
+        self.lr_multipliers = dict(lr_multipliers or {})
+
+    def build(self, var_list):
+        super().build(var_list)
+        # By position: the update step may see a backend variable without a path.
+        self._factors = [self._factor_of(variable.path) for variable in var_list]
+
+    def _factor_of(self, path):
+        for prefix, factor in self.lr_multipliers.items():
+            if path.startswith(prefix + "/"):
+                return factor
+        return 1.0
+
+    def _multiplier(self, variable):
+        return self._factors[self._get_variable_index(variable)]
+
+    def update_step(self, gradient, variable, learning_rate):
+        factor = self._multiplier(variable)
+        super().update_step(gradient, variable, learning_rate * factor if factor != 1.0 else learning_rate)
+
+    def _apply_weight_decay(self, variables):
+        if self.weight_decay is None:
+            return
+        for variable in variables:
+            if self._use_weight_decay(variable):
+                lr = ops.cast(self.learning_rate, variable.dtype) * self._multiplier(variable)
+                wd = ops.cast(self.weight_decay, variable.dtype)
+                variable.assign(variable - variable * wd * lr)
+
+    def get_config(self):
+        return {**super().get_config(), "lr_multipliers": self.lr_multipliers}
+
+
+def layerwise_multipliers(num_layers, decay):
+    """Learning-rate factors of layer-wise decay (Clark et al., 2020, ELECTRA; Sun et al., 2019).
+
+    The head and the pooler keep the full rate; block `i` of `num_layers` gets
+    `decay ** (num_layers - i)`, the embeddings `decay ** (num_layers + 1)`:
+    lower layers, which hold more general features, move less.
+
+    Returns:
+        dict of variable-path prefix -> factor, for `make_optimizer(lr_multipliers=)`.
+    """
+    if not 0 < decay <= 1:
+        raise ValueError(f"layer decay {decay!r}; expected a number in (0, 1]")
+    factors = {f"transformer_layer_{i}": decay ** (num_layers - i) for i in range(num_layers)}
+    for name in ("token_embedding", "position_embedding", "segment_embedding", "embeddings_layer_norm"):
+        factors[name] = decay ** (num_layers + 1)
+    return factors
+
+
 def make_optimizer(
     name,
     learning_rate,
@@ -65,6 +129,8 @@ def make_optimizer(
     weight_decay=DEFAULT_WEIGHT_DECAY,
     global_clipnorm=DEFAULT_GLOBAL_CLIPNORM,
     dtype=None,
+    lr_multipliers=None,
+    ema_momentum=None,
 ):
     """Keras AdamW or LAMB on the warmup/decay schedule, decay off for LayerNorm and biases.
 
@@ -81,27 +147,32 @@ def make_optimizer(
         weight_decay: float. Decoupled weight decay.
         global_clipnorm: float or None. Clip gradients to this global norm.
         dtype: str or None. The dtype policy the model trains under.
+        lr_multipliers: dict or None. Per-layer factors on the learning rate
+            (`layerwise_multipliers`); AdamW only.
+        ema_momentum: float or None. Keep an exponential moving average of the
+            weights with this momentum, and end training on it (Keras's
+            `use_ema`; `fit` writes the average into the model at the end).
 
     Example:
     >>> optimizer = make_optimizer("adamw", 5e-5, total_steps=1000, warmup_steps=100)
     """
     schedule = WarmupPolynomialDecay(learning_rate, total_steps, warmup_steps)
-    if name == "adamw":
-        optimizer = keras.optimizers.AdamW(
-            learning_rate=schedule,
-            weight_decay=weight_decay,
-            epsilon=DEFAULT_EPSILON,
-            global_clipnorm=global_clipnorm,
-        )
-    elif name == "lamb":
-        optimizer = keras.optimizers.Lamb(
-            learning_rate=schedule,
-            weight_decay=weight_decay,
-            epsilon=DEFAULT_EPSILON,
-            global_clipnorm=global_clipnorm,
-        )
+    common = {
+        "learning_rate": schedule,
+        "weight_decay": weight_decay,
+        "epsilon": DEFAULT_EPSILON,
+        "global_clipnorm": global_clipnorm,
+    }
+    if ema_momentum is not None:
+        common.update(use_ema=True, ema_momentum=ema_momentum)
+    if name == "adamw" and lr_multipliers:
+        optimizer = LayerwiseAdamW(lr_multipliers=lr_multipliers, **common)
+    elif name == "adamw":
+        optimizer = keras.optimizers.AdamW(**common)
+    elif name == "lamb" and not lr_multipliers:
+        optimizer = keras.optimizers.Lamb(**common)
     else:
-        raise ValueError(f"optimizer {name!r} is not one of 'adamw', 'lamb'")
+        raise ValueError(f"optimizer {name!r} is not one of 'adamw', 'lamb' (layer-wise rates: adamw)")
     optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY))
     if keras.dtype_policies.get(dtype or keras.config.dtype_policy()).name == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
