@@ -142,7 +142,8 @@ def run_keras_hub(args, seed, task_class, train, dev):
     start = time.perf_counter()
     model.fit(train_ds, validation_data=dev_ds, epochs=args.epochs, verbose=0)
     seconds = time.perf_counter() - start
-    logits = model.predict(tf.data.Dataset.from_tensor_slices(inputs(dev)).batch(64), verbose=0)
+    # Elements are 1-tuples: Keras reads an element (a, b) as (inputs, targets).
+    logits = model.predict(tf.data.Dataset.from_tensor_slices((inputs(dev),)).batch(64), verbose=0)
     metrics = task.evaluate(dev, softmax(np.asarray(logits, np.float32)))
     return {**task.summary(metrics), "fit_seconds": round(seconds, 1)}
 
