@@ -35,6 +35,7 @@ SETTINGS = {
     "text-classification": {"labels": ["games", "mail", "math"]},
     "text-pair-classification": {"labels": ["0", "1"]},
     "text-pair-regression": {},
+    "token-classification": {"tags": ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"], "scheme": "IOB2"},
 }
 
 

@@ -302,7 +302,7 @@ def _export(folder, staging, scratch, name, plan, examples, calibration_set, thr
             latency = verify.measure_latency(lambda: runner.run(one), latency_runs)
             latency["threads"] = threads
             artefact(path, "tflite", quantization, "tokens", runner.run(features), latency, ops=ops)
-        if "none" in tflite_quantizations:
+        if "none" in tflite_quantizations and task.tflite_text_variant:
             log("TFLite: converting the text variant")
             source = os.path.join(scratch, "tflite_text")
             tflite.write_text_source(folder, source)

@@ -7,6 +7,7 @@ from kbert.tasks.base import Encoded, Option, Task
 from kbert.tasks.text_classification import TextClassification
 from kbert.tasks.text_pair_classification import TextPairClassification
 from kbert.tasks.text_pair_regression import TextPairRegression
+from kbert.tasks.token_classification import TokenClassification
 
 TASKS = {
     task.name: task
@@ -14,6 +15,7 @@ TASKS = {
         TextClassification,
         TextPairClassification,
         TextPairRegression,
+        TokenClassification,
     )
 }
 DEFAULT_TASK = TextClassification.name

@@ -110,6 +110,9 @@ class Task:
     budgets = {}
     # The MediaPipe task that runs this model (`kbert.export.mediapipe`), if any.
     mediapipe = None
+    # Whether the export has a string-in TFLite variant (`tflite_text_features`):
+    # one row per example, packed with builtin ops.
+    tflite_text_variant = True
 
     def __init__(self, tokenizer, sequence_length, **settings):
         from kbert.text import BertPreprocessor

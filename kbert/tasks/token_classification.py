@@ -1,0 +1,766 @@
+"""`token-classification`: a tag for every word (named-entity recognition), in BIO tags.
+
+Data: CoNLL files (one token a line, its tag in the last column, a blank line
+between sentences, `-DOCSTART-` lines skipped) or JSON Lines (`.jsonl`, one
+`{"tokens": [...], "tags": [...]}` a line). Tag schemes IOB1, IOB2 and BIOES
+are detected, or named with `--tag-scheme`; the tag names are learned from the
+training file.
+
+Alignment as BERT's paper (section 5.3): each word is WordPiece-tokenized, its
+tag is the target of its first piece, and its other pieces are ignored by the
+loss and the metric (the target `IGNORED`). A sentence of more than
+`sequence_length - 2` pieces is cut into windows of that many pieces, each
+starting `stride` pieces after the one before; every word is trained and
+predicted from the window where its first piece has the most context
+(google-research/bert's `_check_is_max_context`), so no word is dropped or
+counted twice.
+
+`kbert evaluate` reports entity-level `precision`, `recall` and `f1` (micro),
+counted as CoNLL's `conlleval` and `seqeval` count them (an entity counts when
+its type and both boundaries are exact; chunks are read from any scheme,
+ill-formed sequences included, by conlleval's rules), figures per entity type,
+and word `accuracy`.
+
+Raw text (`kbert predict TEXT`, the SavedModel's `serving_default`) is split
+into words with character offsets by `WordPieceTokenizer.words_with_offsets`,
+whose pieces are the tokenizer's own on the whole text.
+"""
+
+import functools
+import json
+
+import numpy as np
+
+from kbert.config import ENCODER_INPUTS
+from kbert.tabular import read_text
+from kbert.tasks.base import BUCKET_WIDTH, ENCODE_CHUNK, FLOAT_TOLERANCE, Encoded, Option, Task
+
+# The target of positions the loss and the metric ignore: [CLS], [SEP],
+# padding and every piece of a word but its first.
+IGNORED = -1
+OUTSIDE = "O"
+SCHEMES = ("IOB1", "IOB2", "BIOES")
+AUTO = "auto"
+# The prefixes each scheme's tags may carry ("B-PER", "I-PER", ...).
+PREFIXES = {"IOB1": ("B", "I"), "IOB2": ("B", "I"), "BIOES": ("B", "I", "E", "S")}
+# CoNLL-2003's document separator line.
+DOCSTART = "-DOCSTART-"
+# Windows start every `sequence_length - 2` pieces times this fraction: each
+# piece but those at a sentence's ends then has at least a quarter window of
+# context on either side in its best window.
+WINDOW_STRIDE_FRACTION = 0.5
+# What an artefact may lose in entity F1 (a fraction) against the Keras model:
+# a float32 one 0.1 point either way (rounding may flip a near tie), a
+# quantized one half a point.
+FLOAT_F1_BUDGET = 0.001
+F1_BUDGETS = {"fp16": 0.005, "dynamic": 0.005, "int8": 0.005, "16x8": 0.005}
+
+
+class TokenClassification(Task):
+    """Words -> one tag each, from each word's first WordPiece.
+
+    Args:
+        tokenizer, sequence_length: see `Task`.
+        tags: list of str. Tag names in output order, "O" first.
+        scheme: str. The training data's tag scheme, one of `SCHEMES`.
+    """
+
+    name = "token-classification"
+    description = (
+        "words -> a tag each (named entities); CoNLL files or JSON Lines of tokens and tags"
+    )
+    options = (Option("tag_scheme", "tag scheme: auto (detected), IOB1, IOB2 or BIOES", AUTO),)
+    outputs = ("logits",)
+    reads_sequence = True
+    target_padding = IGNORED
+    metric = "f1"
+    metric_scale = 100
+    budgets = F1_BUDGETS
+    mediapipe = "token_classifier"
+    # Raw text needs windows and character offsets, which a TFLite model of
+    # builtin and tf-text ops cannot compute (see docs/tasks/token-classification.md).
+    tflite_text_variant = False
+
+    def __init__(self, tokenizer, sequence_length, tags, scheme):
+        super().__init__(tokenizer, sequence_length)
+        if scheme not in SCHEMES:
+            raise ValueError(f"scheme={scheme!r}; expected one of {', '.join(SCHEMES)}")
+        if (
+            not isinstance(tags, list)
+            or len(tags) < 2
+            or len(set(tags)) != len(tags)
+            or not all(isinstance(tag, str) for tag in tags)
+        ):
+            raise ValueError(f"tags={tags!r:.200}; expected a list of at least 2 distinct names")
+        bad = [tag for tag in tags if tag != OUTSIDE and _split_tag(tag)[0] not in PREFIXES[scheme]]
+        if bad:
+            raise ValueError(f"tags {bad[:5]} are not {scheme} tags")
+        if sequence_length < 3:
+            raise ValueError(f"sequence_length={sequence_length}; a window needs at least one piece")
+        self.tags = tags
+        self.scheme = scheme
+        self.stride = max(1, int((sequence_length - 2) * WINDOW_STRIDE_FRACTION))
+        self._tag_ids = {tag: index for index, tag in enumerate(tags)}
+
+    # === Data ===
+
+    @classmethod
+    def read(cls, path, options=None, targets=True):
+        """Sentences of a CoNLL file or, for `.jsonl`, a JSON Lines file.
+
+        Returns:
+            list of examples `{"words", "tags" (None without targets), "lines"
+            (each word's line), "line"}`.
+        """
+        scheme = parse_scheme(cls.resolve_options(options)["tag_scheme"])
+        reader = _read_jsonl if path.lower().endswith(".jsonl") else _read_conll
+        examples = reader(path, targets)
+        if not examples:
+            raise ValueError(f"{path} holds no sentences")
+        if targets:
+            check_scheme(examples, scheme, path)
+        return examples
+
+    @classmethod
+    def learn(cls, examples, source):
+        names = {tag for example in examples for tag in example["tags"]}
+        if names <= {OUTSIDE}:
+            raise ValueError(f"{source} tags no entity (every tag is 'O'); nothing to learn")
+        tags = [OUTSIDE] + sorted(names - {OUTSIDE}, key=lambda tag: _split_tag(tag)[::-1])
+        return {"tags": tags, "scheme": detect_scheme(example["tags"] for example in examples)}
+
+    def settings(self):
+        return {"tags": list(self.tags), "scheme": self.scheme}
+
+    def check(self, examples, source):
+        self.tag_ids(examples, source)
+
+    def check_model(self, model, source):
+        classes = model.output.shape[-1]
+        if classes != len(self.tags):
+            raise ValueError(f"{source} names {len(self.tags)} tags but the model outputs {classes}")
+
+    def tag_ids(self, examples, source="data"):
+        """int32 tag ids of every word of `examples`, concatenated; `ValueError` naming an unknown tag."""
+        ids = []
+        for example in examples:
+            for tag, line in zip(example["tags"], example["lines"]):
+                if tag not in self._tag_ids:
+                    raise ValueError(
+                        f"{source}, line {line}: tag {tag!r} was not in the training data; "
+                        f"the model knows {self.tags}"
+                    )
+                ids.append(self._tag_ids[tag])
+        return np.asarray(ids, np.int32)
+
+    def examples_from_texts(self, texts):
+        _, starts, ends = self.tokenizer.words_with_offsets(list(texts))
+        splits = starts.row_splits.numpy()
+        starts, ends = starts.flat_values.numpy().tolist(), ends.flat_values.numpy().tolist()
+        examples = []
+        for number, text in enumerate(texts, 1):
+            first, last = (values[splits[number - 1] : splits[number]] for values in (starts, ends))
+            if not first:
+                raise ValueError(f"text {number} ({text[:40]!r}) has no words; expected a sentence")
+            examples.append({
+                "text": text,
+                "words": [text[a:b] for a, b in zip(first, last)],
+                "starts": first,
+                "ends": last,
+                "tags": None,
+                "lines": None,
+                "line": None,
+            })
+        return examples
+
+    # === Preprocessing ===
+
+    def encode(self, examples, targets=True):
+        """Windows of `examples`' pieces; `extra` says where each word's first piece went.
+
+        `extra` holds int arrays over all words of all examples, in order:
+        `word_row` and `word_position` (the row and position its tag is read
+        from), and `word_splits` (example i's words are
+        `word_splits[i]:word_splits[i + 1]`).
+        """
+        begins = range(0, len(examples), ENCODE_CHUNK)
+        parts = [self.windows(self._word_ids(examples[b : b + ENCODE_CHUNK])) for b in begins]
+        parts = [{key: value.numpy() for key, value in part.items()} for part in parts]
+        first_row = np.cumsum([0] + [len(part["example_of_row"]) for part in parts])
+        features = {
+            name: np.concatenate([part[name] for part in parts]).astype(np.int32) for name in ENCODER_INPUTS
+        }
+        extra = {
+            "word_row": np.concatenate([part["word_row"] + row for part, row in zip(parts, first_row)]),
+            "word_position": np.concatenate([part["word_position"] for part in parts]),
+            "word_splits": np.cumsum([0] + [len(example["words"]) for example in examples]),
+        }
+        example_of_row = np.concatenate([part["example_of_row"] + b for part, b in zip(parts, begins)])
+        target = None
+        if targets:
+            target = np.full(features["token_ids"].shape, IGNORED, np.int32)
+            target[extra["word_row"], extra["word_position"]] = self.tag_ids(examples)
+        return Encoded(features, target, example_of_row, extra)
+
+    def _word_ids(self, examples):
+        """The pieces of each word, `(examples, words, pieces)`; a word with none is [UNK].
+
+        A pre-split word can be all control characters (U+200B), which the
+        tokenizer drops; it keeps a piece so that it is tagged all the same.
+        """
+        import tensorflow as tf
+
+        words = [word for example in examples for word in example["words"]]
+        ids = self.tokenizer(tf.constant(words, tf.string))
+        values, lengths = ids.flat_values.numpy(), ids.row_lengths().numpy()
+        empty = np.flatnonzero(lengths == 0)
+        if empty.size:
+            starts = np.cumsum(lengths) - lengths
+            values = np.insert(values, starts[empty], self.tokenizer.unk_id)
+            lengths = np.maximum(lengths, 1)
+        per_word = tf.RaggedTensor.from_row_lengths(values.astype(np.int32), lengths)
+        return tf.RaggedTensor.from_row_lengths(per_word, [len(e["words"]) for e in examples])
+
+    def windows(self, word_ids):
+        """Packed windows over each example's pieces, and where each word is read from.
+
+        TensorFlow ops only: `encode` and the SavedModel share it.
+
+        Args:
+            word_ids: int32 `RaggedTensor` `(examples, words, pieces)`, every
+                word at least one piece.
+
+        Returns:
+            dict: `ENCODER_INPUTS` `(rows, sequence_length)`, `example_of_row`
+            `(rows,)`, and over all words in order `word_row` and
+            `word_position`: the row and position of the word's first piece in
+            the window where it has the most context.
+        """
+        import tensorflow as tf
+
+        budget = self.sequence_length - 2
+        pieces = word_ids.merge_dims(1, 2)
+        counts = pieces.row_lengths()
+        windows = 1 + tf.maximum(tf.constant(0, tf.int64), -(-(counts - budget) // self.stride))
+        example_of_row = tf.repeat(tf.range(tf.size(counts, out_type=tf.int64)), windows)
+        start = tf.ragged.range(windows).flat_values * self.stride
+        length = tf.minimum(tf.constant(budget, tf.int64), tf.gather(counts, example_of_row) - start)
+        first = tf.gather(pieces.row_starts(), example_of_row) + start
+        index = tf.ragged.range(first, first + length)
+        features = self.preprocessor.packer(tf.gather(pieces.flat_values, index))
+
+        # google-research/bert's max context, min(left, right) + 0.01 * length,
+        # times 100 so that it is exact; the first window wins a tie.
+        row = index.value_rowids()
+        offset = index.flat_values - tf.gather(first, row)
+        length_of = tf.gather(length, row)
+        score = 100 * tf.minimum(offset, length_of - 1 - offset) + length_of
+        total = tf.size(pieces.flat_values, out_type=tf.int64)
+        best = tf.math.unsorted_segment_max(score, index.flat_values, total)
+        rows = tf.size(example_of_row, out_type=tf.int64)
+        candidate = tf.where(score == tf.gather(best, index.flat_values), row, rows)
+        best_row = tf.math.unsorted_segment_min(candidate, index.flat_values, total)
+        word_first = word_ids.values.row_starts()
+        word_row = tf.gather(best_row, word_first)
+        return {
+            **features,
+            "example_of_row": example_of_row,
+            "word_row": word_row,
+            "word_position": word_first - tf.gather(first, word_row) + 1,  # after [CLS]
+        }
+
+    def batches_by_length(self, features, batch_size):
+        """Row indices in batches of similar length, each with its width: its longest
+        row rounded up to `BUCKET_WIDTH`.
+
+        Padding every batch to `sequence_length` would make CoNLL's sentences
+        (median 16 pieces) cost as much as 128-piece ones.
+        """
+        lengths = features["padding_mask"].sum(axis=1)
+        order = np.argsort(lengths, kind="stable")
+        for begin in range(0, len(order), batch_size):
+            index = order[begin : begin + batch_size]
+            width = -(-int(lengths[index].max()) // BUCKET_WIDTH) * BUCKET_WIDTH
+            yield index, min(self.sequence_length, width)
+
+    def eval_dataset(self, encoded, batch_size):
+        """Batches of similar length, each cut to its width (`batches_by_length`)."""
+        import tensorflow as tf
+
+        batches = list(self.batches_by_length(encoded.features, batch_size))
+
+        def generate():
+            for index, width in batches:
+                features = {name: encoded.features[name][index, :width] for name in ENCODER_INPUTS}
+                yield features, encoded.targets[index, :width]
+
+        spec = tf.TensorSpec([None, None], tf.int32)
+        return tf.data.Dataset.from_generator(
+            generate, output_signature=({name: spec for name in ENCODER_INPUTS}, spec)
+        ).prefetch(tf.data.AUTOTUNE)
+
+    # === Model ===
+
+    def build_model(self, encoder_or_config, dtype=None):
+        import keras
+
+        from kbert.models.classifier import DEFAULT_HEAD_DROPOUT
+        from kbert.models.encoder import as_encoder, encoder_inputs
+
+        encoder = as_encoder(encoder_or_config, dtype=dtype)
+        # The tagger reads every position, never the pooled [CLS] vector: left
+        # trainable, the pooler would get no gradient (and Keras warns of it).
+        encoder.get_layer("pooler").trainable = False
+        inputs = encoder_inputs()
+        sequence = encoder(inputs)["sequence_output"]
+        sequence = keras.layers.Dropout(DEFAULT_HEAD_DROPOUT, dtype=dtype, name="tagger_dropout")(sequence)
+        # Float32, so that logits and loss are float32 under mixed precision.
+        logits = keras.layers.Dense(
+            len(self.tags),
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+            dtype="float32",
+            name="logits",
+        )(sequence)
+        return keras.Model(inputs=inputs, outputs=logits, name="bert_token_classifier")
+
+    def compile_args(self):
+        import keras
+
+        return {
+            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORED),
+            "metrics": [tagged_accuracy_class()(name="accuracy")],
+        }
+
+    def head(self, model, encoder_outputs, features):
+        return {"logits": model.get_layer("logits")(encoder_outputs["sequence_output"])}
+
+    # === Inference ===
+
+    def run(self, model, features, batch_size=64):
+        """The logits, batch by batch of similar length (`batches_by_length`).
+
+        Returns `logits` `(rows, sequence_length, tags)`, 0 past each batch's
+        width, and `compared`, the positions that hold tokens (where
+        artefacts are compared with it).
+        """
+        if not len(features[ENCODER_INPUTS[0]]):
+            raise ValueError("no examples to run the model on")
+        logits = np.zeros(features["token_ids"].shape + (len(self.tags),), np.float32)
+        for index, width in self.batches_by_length(features, batch_size):
+            batch = {name: features[name][index, :width] for name in ENCODER_INPUTS}
+            logits[index, :width] = super().run(model, batch, batch_size)["logits"]
+        return {"logits": logits, "compared": features["padding_mask"] == 1}
+
+    def decode(self, examples, encoded, outputs):
+        """Each example's tags and their probabilities, read at its words' first pieces."""
+        extra = encoded.extra
+        logits = np.asarray(outputs["logits"])[extra["word_row"], extra["word_position"]]
+        probabilities = _softmax(logits)
+        ids = probabilities.argmax(axis=-1)
+        scores = probabilities[np.arange(len(ids)), ids]
+        splits = extra["word_splits"]
+        return [
+            {"tags": [self.tags[i] for i in ids[a:b]], "scores": scores[a:b].tolist()}
+            for a, b in zip(splits[:-1], splits[1:])
+        ]
+
+    def evaluate(self, examples, predictions):
+        gold = [example["tags"] for example in examples]
+        predicted = [prediction["tags"] for prediction in predictions]
+        return {**entity_metrics(gold, predicted), "n": len(examples)}
+
+    def predict_json(self, examples, predictions):
+        rows = []
+        for example, prediction in zip(examples, predictions):
+            text, starts, ends = word_offsets(example)
+            entities = [
+                {
+                    "type": kind,
+                    "start": starts[first],
+                    "end": ends[last - 1],
+                    "text": text[starts[first] : ends[last - 1]],
+                    "score": float(np.mean(prediction["scores"][first:last])),
+                }
+                for kind, first, last in chunks(prediction["tags"])
+            ]
+            row = {"text": text, "entities": entities}
+            if "starts" not in example:  # pre-split: the words and their tags too
+                row.update(tokens=example["words"], tags=prediction["tags"])
+            rows.append(row)
+        return rows
+
+    @classmethod
+    def summary(cls, metrics):
+        return {k: metrics[k] for k in ("f1", "precision", "recall", "accuracy", "n") if k in metrics}
+
+    # === Export ===
+
+    def serving_features(self, strings):
+        """Windows of the raw texts' words, with what `serving_outputs` needs to gather them."""
+        word_ids, starts, ends = self.tokenizer.words_with_offsets(strings["text"])
+        windows = self.windows(word_ids)
+        return {
+            **{name: windows[name] for name in ENCODER_INPUTS},
+            "word_row": windows["word_row"],
+            "word_position": windows["word_position"],
+            "word_splits": word_ids.row_splits,
+            "starts": starts.flat_values,
+            "ends": ends.flat_values,
+        }
+
+    def serving_outputs(self, features, outputs):
+        """`serve_tokens`: the logits. `serving_default`: per text, its words' tags and offsets.
+
+        Word outputs are padded to the batch's most words: `tags` with "",
+        `starts` and `ends` with -1, `scores` and `word_logits` with 0.
+        """
+        import tensorflow as tf
+
+        logits = outputs["logits"]
+        if "word_row" not in features:
+            return {"logits": logits}
+        at = tf.stack([features["word_row"], features["word_position"]], axis=-1)
+        word_logits = tf.gather_nd(logits, at)
+        probabilities = tf.nn.softmax(word_logits, axis=-1)
+        ids = tf.argmax(word_logits, axis=-1)
+
+        def per_text(values, padding):
+            ragged = tf.RaggedTensor.from_row_splits(values, features["word_splits"], validate=False)
+            return ragged.to_tensor(default_value=padding)
+
+        return {
+            "tags": per_text(tf.gather(tf.constant(self.tags), ids), ""),
+            "scores": per_text(tf.reduce_max(probabilities, axis=-1), 0.0),
+            "starts": per_text(features["starts"], tf.constant(-1, tf.int64)),
+            "ends": per_text(features["ends"], tf.constant(-1, tf.int64)),
+            "word_logits": per_text(word_logits, 0.0),
+        }
+
+    def serving_assets(self):
+        return {"labels.txt": "".join(tag + "\n" for tag in self.tags)}
+
+    def serving_request(self, example):
+        return {"text": word_offsets(example)[0]}
+
+    def serving_text_outputs(self, call, examples, batch_size):
+        """The SavedModel's word logits placed at `encode`'s rows and positions.
+
+        The signature splits each text into words itself; a pre-split word
+        (CoNLL's "1996-08-22") may be several of its words, and is read from
+        the first, whose first piece is the same. Returns `logits` and
+        `compared`, the positions it filled (where agreement is measured).
+        """
+        encoded = self.encode(examples, targets=False)
+        logits = np.zeros(encoded.features["token_ids"].shape + (len(self.tags),), np.float32)
+        compared = np.zeros(encoded.features["token_ids"].shape, bool)
+        texts = self.serving_strings(examples)["text"]
+        extra = encoded.extra
+        for begin in range(0, len(examples), batch_size):
+            result = call({"text": texts[begin : begin + batch_size]})
+            served_starts = np.asarray(result["starts"])
+            word_logits = np.asarray(result["word_logits"])
+            for i, example in enumerate(examples[begin : begin + batch_size]):
+                index = {int(s): j for j, s in enumerate(served_starts[i]) if s >= 0}
+                words = range(extra["word_splits"][begin + i], extra["word_splits"][begin + i + 1])
+                for word, start in zip(words, word_offsets(example)[1]):
+                    if start in index:
+                        at = extra["word_row"][word], extra["word_position"][word]
+                        logits[at] = word_logits[i, index[start]]
+                        compared[at] = True
+        return {"logits": logits, "compared": compared}
+
+    def scores(self, outputs):
+        return _softmax(outputs["logits"])
+
+    def agreement(self, outputs, reference):
+        """Largest difference of tag probabilities, where both give them (`compared`)."""
+        difference = np.abs(self.scores(outputs) - self.scores(reference))
+        for compared in (outputs.get("compared"), reference.get("compared")):
+            if compared is not None:
+                difference = np.where(compared[..., None], difference, 0.0)
+        return {"max_abs_diff": float(difference.max()) if difference.size else 0.0}
+
+    def judge(self, entry, reference_figures):
+        """Float32: probabilities within `FLOAT_TOLERANCE` and F1 within `FLOAT_F1_BUDGET`."""
+        if entry["quantization"] != "none":
+            return super().judge(entry, reference_figures)
+        change = reference_figures[self.metric] - entry[self.metric]
+        entry["metric_drop"] = round(100 * change, 6)
+        entry["budget"] = (
+            f"max_abs_diff <= {FLOAT_TOLERANCE:g}, f1 within {100 * FLOAT_F1_BUDGET:g} points"
+        )
+        entry["passed"] = bool(
+            entry["max_abs_diff"] <= FLOAT_TOLERANCE and abs(change) <= FLOAT_F1_BUDGET + 1e-9
+        )
+        return entry
+
+
+# === Reading ===
+
+
+def _read_conll(path, targets):
+    """CoNLL sentences: one token a line, whitespace-separated columns, tag last."""
+    examples, words, tags, lines = [], [], [], []
+
+    def close():
+        if words:
+            examples.append({
+                "words": list(words), "tags": list(tags) if targets else None,
+                "lines": list(lines), "line": lines[0],
+            })
+            words.clear(), tags.clear(), lines.clear()
+
+    for number, line in enumerate(read_text(path).splitlines(), 1):
+        columns = line.split()
+        if not columns or columns[0] == DOCSTART:
+            close()
+            continue
+        if targets and len(columns) < 2:
+            raise ValueError(
+                f"{path}, line {number}: {columns[0]!r} has no tag; expected 'token ... tag' columns"
+            )
+        words.append(columns[0])
+        tags.append(columns[-1])
+        lines.append(number)
+    close()
+    return examples
+
+
+def _read_jsonl(path, targets):
+    """JSON Lines sentences: `{"tokens": [...], "tags": [...]}` a line."""
+    examples = []
+    for number, line in enumerate(read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as error:
+            raise ValueError(f"{path}, line {number}: not valid JSON ({error})") from None
+        keys = ("tokens", "tags") if targets else ("tokens",)
+        if not isinstance(record, dict) or any(key not in record for key in keys):
+            raise ValueError(f"{path}, line {number}: expected an object with {' and '.join(map(repr, keys))}")
+        words = record["tokens"]
+        if not isinstance(words, list) or not words:
+            raise ValueError(f"{path}, line {number}: an empty sentence; expected a list of tokens")
+        if not all(isinstance(word, str) and word.strip() for word in words):
+            raise ValueError(f"{path}, line {number}: every token must be a non-blank string")
+        tags = record.get("tags") if targets else None
+        if targets and (
+            not isinstance(tags, list)
+            or len(tags) != len(words)
+            or not all(isinstance(tag, str) for tag in tags)
+        ):
+            raise ValueError(
+                f"{path}, line {number}: {len(words)} tokens need as many string tags; "
+                f"got {json.dumps(tags)[:80]}"
+            )
+        examples.append({"words": words, "tags": tags, "lines": [number] * len(words), "line": number})
+    return examples
+
+
+# === Tag schemes ===
+
+
+def parse_scheme(value):
+    """`value` as one of `SCHEMES` or `AUTO`, case-insensitive; `ValueError` otherwise."""
+    names = {name.lower(): name for name in SCHEMES + (AUTO,)}
+    if not isinstance(value, str) or value.lower() not in names:
+        raise ValueError(f"tag scheme {value!r} is unknown; expected one of {', '.join(names.values())}")
+    return names[value.lower()]
+
+
+def _split_tag(tag):
+    """("B", "PER") for "B-PER", ("O", "") for "O", ("", tag) for anything else."""
+    if tag == OUTSIDE:
+        return OUTSIDE, ""
+    prefix, _, kind = tag.partition("-")
+    if len(prefix) != 1 or not kind:
+        return "", tag
+    return prefix, kind
+
+
+def detect_scheme(tag_sequences):
+    """BIOES if any tag is E- or S-; IOB1 if an I- tag starts an entity; else IOB2."""
+    starts_with_inside = False
+    for tags in tag_sequences:
+        previous = OUTSIDE
+        for tag in tags:
+            prefix, kind = _split_tag(tag)
+            if prefix in ("E", "S"):
+                return "BIOES"
+            if prefix == "I" and _split_tag(previous)[1] != kind:
+                starts_with_inside = True
+            previous = tag
+    return "IOB1" if starts_with_inside else "IOB2"
+
+
+def scheme_error(tags, scheme):
+    """`(index, reason)` of the first tag that breaks `scheme` in one sentence, or None."""
+    allowed = PREFIXES[scheme]
+    padded = [OUTSIDE] + list(tags) + [OUTSIDE]
+    for index in range(1, len(padded) - 1):
+        tag = padded[index]
+        prefix, kind = _split_tag(tag)
+        if tag == OUTSIDE:
+            continue
+        if prefix not in allowed:
+            return index - 1, f"tag {tag!r} is not a {scheme} tag (O, or {'/'.join(allowed)}-TYPE)"
+        before_prefix, before_kind = _split_tag(padded[index - 1])
+        after_prefix, after_kind = _split_tag(padded[index + 1])
+        inside_before = before_kind == kind and before_prefix in ("B", "I")
+        if scheme == "IOB2" and prefix == "I" and not inside_before:
+            return index - 1, f"{tag!r} follows {padded[index - 1]!r}; IOB2 starts every entity with B-"
+        if scheme == "IOB1" and prefix == "B" and not inside_before:
+            return index - 1, (
+                f"{tag!r} follows {padded[index - 1]!r}; IOB1 uses B- only right after an entity "
+                "of the same type"
+            )
+        if scheme == "BIOES":
+            if prefix in ("I", "E") and not inside_before:
+                return index - 1, f"{tag!r} follows {padded[index - 1]!r}; BIOES continues only B- or I-"
+            if prefix in ("B", "I") and not (after_kind == kind and after_prefix in ("I", "E")):
+                return index - 1, f"{tag!r} is followed by {padded[index + 1]!r}; BIOES ends an entity with E-"
+    return None
+
+
+def check_scheme(examples, scheme, path):
+    """Every tag fits `scheme` (detected from the file if AUTO); `ValueError` naming the line."""
+    for example in examples:
+        for tag, line in zip(example["tags"], example["lines"]):
+            if tag != OUTSIDE and _split_tag(tag)[0] not in PREFIXES["BIOES"]:
+                raise ValueError(
+                    f"{path}, line {line}: tag {tag!r} fits no supported scheme; expected O or "
+                    f"B-/I-/E-/S-TYPE ({', '.join(SCHEMES)})"
+                )
+    if scheme == AUTO:
+        scheme = detect_scheme(example["tags"] for example in examples)
+        detected = " (detected)"
+    else:
+        detected = ""
+    for example in examples:
+        error = scheme_error(example["tags"], scheme)
+        if error:
+            index, reason = error
+            raise ValueError(f"{path}, line {example['lines'][index]}: {reason}; scheme {scheme}{detected}")
+    return scheme
+
+
+# === Entities and their figures ===
+
+
+def chunks(tags):
+    """The entities of one tag sequence, `(type, first, past_last)` word indices.
+
+    conlleval's chunk rules (its `startOfChunk` and `endOfChunk`), so every
+    scheme and ill-formed sequences are read as CoNLL's scorer reads them: an
+    I- after O or after another type starts an entity, and an entity ends at
+    O, at B- or S-, after E- or S-, or where the type changes.
+    """
+    found = []
+    previous, previous_kind, begin = OUTSIDE, "", 0
+    for index, tag in enumerate(list(tags) + [OUTSIDE]):
+        prefix, kind = _split_tag(tag)
+        if _ends(previous, prefix, previous_kind, kind):
+            found.append((previous_kind, begin, index))
+        if _starts(previous, prefix, previous_kind, kind):
+            begin = index
+        previous, previous_kind = prefix, kind
+    return found
+
+
+def _ends(previous, prefix, previous_kind, kind):
+    return (
+        previous in ("E", "S")
+        or (previous in ("B", "I") and prefix in ("B", "S", OUTSIDE))
+        or (previous != OUTSIDE and previous_kind != kind)
+    )
+
+
+def _starts(previous, prefix, previous_kind, kind):
+    return (
+        prefix in ("B", "S")
+        or (previous in ("E", "S", OUTSIDE) and prefix in ("E", "I"))
+        or (prefix != OUTSIDE and previous_kind != kind)
+    )
+
+
+def entity_metrics(gold, predicted):
+    """Entity-level micro `precision`, `recall`, `f1`, `per_type` figures and word `accuracy`.
+
+    Args:
+        gold, predicted: lists of tag sequences, one per sentence.
+
+    Returns:
+        dict. As conlleval and seqeval's default mode count them: an entity
+        is correct when its type and both boundaries are; a ratio with a zero
+        denominator is 0.
+    """
+    counts = {}
+    correct_words = total_words = 0
+    for gold_tags, predicted_tags in zip(gold, predicted, strict=True):
+        if len(gold_tags) != len(predicted_tags):
+            raise ValueError(f"{len(predicted_tags)} predicted tags for {len(gold_tags)} words")
+        gold_chunks, predicted_chunks = set(chunks(gold_tags)), set(chunks(predicted_tags))
+        found = {"gold": gold_chunks, "predicted": predicted_chunks, "correct": gold_chunks & predicted_chunks}
+        for key, entities in found.items():
+            for kind, _, _ in entities:
+                counts.setdefault(kind, {"gold": 0, "predicted": 0, "correct": 0})[key] += 1
+        correct_words += sum(a == b for a, b in zip(gold_tags, predicted_tags))
+        total_words += len(gold_tags)
+    total = {key: sum(c[key] for c in counts.values()) for key in ("gold", "predicted", "correct")}
+    per_type = {kind: _figures(counts[kind]) for kind in sorted(counts)}
+    return {
+        **{k: v for k, v in _figures(total).items() if k != "support"},
+        "accuracy": correct_words / total_words if total_words else 0.0,
+        "entities": total["gold"],
+        "predicted_entities": total["predicted"],
+        "per_type": per_type,
+    }
+
+
+def _figures(count):
+    precision = count["correct"] / count["predicted"] if count["predicted"] else 0.0
+    recall = count["correct"] / count["gold"] if count["gold"] else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "support": count["gold"]}
+
+
+def word_offsets(example):
+    """`(text, starts, ends)`: a raw example's text and word offsets, or a pre-split
+    example's words joined by single spaces and their offsets in that text."""
+    if "starts" in example:
+        return example["text"], example["starts"], example["ends"]
+    starts, ends, position = [], [], 0
+    for word in example["words"]:
+        starts.append(position)
+        ends.append(position + len(word))
+        position += len(word) + 1
+    return " ".join(example["words"]), starts, ends
+
+
+def _softmax(logits):
+    logits = np.asarray(logits, np.float64)
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return (shifted / shifted.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def tagged_accuracy_class():
+    """`TaggedAccuracy`, a Keras metric: accuracy over the positions whose target is
+    not `IGNORED` (each word's first piece). Defined on first use, so that
+    listing the tasks does not import Keras."""
+    import keras
+    from keras import ops
+
+    @keras.saving.register_keras_serializable(package="kbert")
+    class TaggedAccuracy(keras.metrics.Mean):
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            y_true = ops.cast(y_true, "int32")
+            predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
+            correct = ops.cast(ops.equal(predicted, y_true), "float32")
+            weight = ops.cast(ops.not_equal(y_true, IGNORED), "float32")
+            if sample_weight is not None:
+                weight = weight * ops.cast(sample_weight, "float32")
+            return super().update_state(correct, sample_weight=weight)
+
+    return TaggedAccuracy
