@@ -164,11 +164,19 @@ def export_text_classifier(folder, out, examples, reference, cache_dir=None, tas
     return entries
 
 
+def export_token_classifier(folder, out, examples, reference, cache_dir=None):
+    """`kbert.export.token_classifier.export_token_classifier` (imported when used)."""
+    from kbert.export.token_classifier import export_token_classifier as export
+
+    return export(folder, out, examples, reference, cache_dir)
+
+
 # The on-device file writers, by the kind a task names in `Task.mediapipe`:
 # each writes its files into a new folder, runs them with the runtime that
 # serves them, and returns report entries.
 EXPORTERS = {
     "text_classifier": export_text_classifier,
+    "token_classifier": export_token_classifier,
 }
 
 
@@ -429,6 +437,23 @@ def mediapipe_token_ids(vocabulary, sequence_length, texts, cache_dir=None):
 def _write_with_metadata(content, vocabulary, labels, path, runtime, cache_dir):
     """Has `runtime`'s writer add metadata to the `.tflite` bytes `content`."""
     write_command, _, spec = _WORKER_COMMANDS[runtime]
+    write_metadata(content, vocabulary, path, write_command, {"labels": list(labels)}, cache_dir, spec)
+
+
+def write_metadata(content, vocabulary, path, command, request, cache_dir=None, spec=mediapipe_env.MEDIAPIPE):
+    """Has the worker's writer `command` write `path`: the `.tflite` bytes `content` with metadata.
+
+    Args:
+        content: bytes. The model without metadata.
+        vocabulary: list of str. Packed as the BERT input's vocabulary.
+        path: str. The file to write (written aside, then renamed into place).
+        command: str. A `write_*` command of `mediapipe_worker`.
+        request: dict. What the command needs besides `model`, `vocab`,
+            `tensor_names` (the BERT inputs' tensor names) and `out`, which
+            are added here.
+        cache_dir: str. Where the worker's environment lives.
+        spec: `mediapipe_env.ToolEnvironment` the command runs in.
+    """
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise ValueError(f"{folder}: no such folder for {path}")
@@ -440,13 +465,13 @@ def _write_with_metadata(content, vocabulary, labels, path, runtime, cache_dir):
         with open(vocab, "w", encoding="utf-8") as f:
             f.write("".join(token + "\n" for token in vocabulary))
         request = {
+            **request,
             "model": plain,
             "vocab": vocab,
-            "labels": list(labels),
             "tensor_names": _metadata_tensor_names(content),
             "out": os.path.abspath(path),
         }
-        mediapipe_env.run_worker(spec, write_command, request, cache_dir)
+        return mediapipe_env.run_worker(spec, command, request, cache_dir)
 
 
 def _to_tflite(forward, sequence_length, tracked=None):

@@ -14,6 +14,7 @@ It imports nothing of kbert (and no TensorFlow), only the tool the command needs
 | `read_metadata` | MEDIAPIPE | the metadata as JSON and the packed file names |
 | `classify_mediapipe` | MEDIAPIPE | scores from `mediapipe.tasks.python.text.TextClassifier` |
 | `classify_task_library` | TFLITE_SUPPORT | scores from `tflite_support.task.text.BertNLClassifier` |
+| `write_bert_metadata` | MEDIAPIPE | metadata by MediaPipe's generic `metadata_writer.MetadataWriter`: a BERT text input and outputs with or without labels |
 """
 
 import json
@@ -74,6 +75,30 @@ def write_task_library(request):
         )
         content = writer.populate()
         metadata = writer.get_metadata_json()
+    _write_atomically(request["out"], content)
+    return {"metadata": json.loads(metadata)}
+
+
+def write_bert_metadata(request):
+    """For models no task writer covers: a BERT text input (the vocabulary packed) and,
+    for each output in the model's order, labels packed on it or none."""
+    from mediapipe.tasks.python.metadata.metadata_writers import metadata_writer
+
+    names = request["tensor_names"]
+    with open(request["model"], "rb") as f, tempfile.TemporaryDirectory() as tmp:
+        tokenizer = metadata_writer.BertTokenizer(_copy(request["vocab"], os.path.join(tmp, VOCAB_NAME)))
+        writer = metadata_writer.MetadataWriter.create(bytearray(f.read()))
+        writer.add_general_info(request["name"], request["description"])
+        writer.add_bert_text_input(tokenizer, names["ids"], names["mask"], names["segment_ids"])
+        for output in request["outputs"]:
+            if output.get("labels"):
+                labels = metadata_writer.Labels().add(output["labels"], exported_filename=LABELS_NAME)
+                writer.add_classification_output(
+                    labels, name=output["name"], description=output.get("description")
+                )
+            else:
+                writer.add_feature_output(name=output["name"], description=output.get("description"))
+        content, metadata = writer.populate()
     _write_atomically(request["out"], content)
     return {"metadata": json.loads(metadata)}
 
@@ -163,6 +188,7 @@ COMMANDS = {
     "read_metadata": read_metadata,
     "classify_mediapipe": classify_mediapipe,
     "classify_task_library": classify_task_library,
+    "write_bert_metadata": write_bert_metadata,
 }
 
 
