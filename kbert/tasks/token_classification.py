@@ -295,9 +295,12 @@ class TokenClassification(Task):
                 yield features, encoded.targets[index, :width]
 
         spec = tf.TensorSpec([None, None], tf.int32)
-        return tf.data.Dataset.from_generator(
+        ds = tf.data.Dataset.from_generator(
             generate, output_signature=({name: spec for name in ENCODER_INPUTS}, spec)
-        ).prefetch(tf.data.AUTOTUNE)
+        )
+        # A known count: Keras warns of data running out on a dataset of unknown size.
+        ds = ds.apply(tf.data.experimental.assert_cardinality(len(batches)))
+        return ds.prefetch(tf.data.AUTOTUNE)
 
     # === Model ===
 

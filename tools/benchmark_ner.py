@@ -1,0 +1,136 @@
+"""Named-entity recognition: a token-classification model's dev figures, training time and throughput.
+
+Measures a model folder written by `kbert finetune --task token-classification`
+on a CoNLL file (CoNLL-2003's dev set by default):
+
+- entity-level precision, recall and F1, overall and per type, and word
+  accuracy, as `kbert evaluate` gives them (pre-split words);
+- the same F1 from raw text, as `kbert predict TEXT` sees it: each sentence's
+  words joined by spaces and split again by kbert's raw-text path, entities
+  matched by type and character span;
+- test-time throughput of `ModelFolder.predict` (tokenization, windows, the
+  model as trained, decoding): sentences and words per second at batch 64;
+- the training run's figures from the folder's `metrics.json` (wall clock,
+  sequences per second, epochs) and its settings from `kbert.json`;
+- with `--export`, each artefact of a `kbert export` report: F1 and batch-1
+  latency.
+
+The load average before and after is printed, as the machine may be shared.
+Prints one JSON object; `--out FILE` writes it too.
+
+    python tools/benchmark_ner.py --model runs/ner-minilm --export saved_models/ner
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+DEFAULT_DATA = os.path.join(REPO, "..", "shared", "data", "conll2003", "dev.txt")
+BATCH_SIZE = 64
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="a token-classification model folder")
+    parser.add_argument("--data", default=DEFAULT_DATA, help="a labelled CoNLL or JSON Lines file")
+    parser.add_argument("--export", help="an export folder of the model (its report.json)")
+    parser.add_argument("--out", help="also write the JSON here")
+    args = parser.parse_args(argv)
+    if not os.path.isfile(args.data):
+        parser.error(f"--data {args.data}: no such file")
+    if args.export and not os.path.isfile(os.path.join(args.export, "report.json")):
+        parser.error(f"--export {args.export}: no report.json there")
+    return args
+
+
+def raw_text_figures(task, folder, examples):
+    """Entity P/R/F1 of the raw-text path: entities as (sentence, type, start, end)."""
+    from kbert.tasks.token_classification import chunks, word_offsets
+
+    texts = [word_offsets(example)[0] for example in examples]
+    raw = task.examples_from_texts(texts)
+    rows = task.predict_json(raw, folder.predict(raw, batch_size=BATCH_SIZE))
+    gold, predicted = set(), set()
+    for index, (example, row) in enumerate(zip(examples, rows)):
+        _, starts, ends = word_offsets(example)
+        gold |= {(index, kind, starts[a], ends[b - 1]) for kind, a, b in chunks(example["tags"])}
+        predicted |= {(index, e["type"], e["start"], e["end"]) for e in row["entities"]}
+    correct = len(gold & predicted)
+    precision = correct / len(predicted) if predicted else 0.0
+    recall = correct / len(gold) if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from kbert.modelfolder import ModelFolder
+
+    load_before = os.getloadavg()
+    folder = ModelFolder.load(args.model)
+    task = folder.task
+    examples = task.read(args.data, folder.settings.get("options"))
+    words = sum(len(example["words"]) for example in examples)
+    folder.predict(examples[:BATCH_SIZE], batch_size=BATCH_SIZE)  # warm-up: traces the model
+    start = time.perf_counter()
+    predictions = folder.predict(examples, batch_size=BATCH_SIZE)
+    seconds = time.perf_counter() - start
+    figures = task.evaluate(examples, predictions)
+    trained = json.load(open(os.path.join(args.model, "metrics.json"), encoding="utf-8"))
+    settings = folder.settings
+    result = {
+        "model": args.model,
+        "data": args.data,
+        "sentences": len(examples),
+        "words": words,
+        "recipe": {key: settings.get(key) for key in ("init", "sequence_length", "dtype", "lowercase")},
+        "training": {
+            key: trained.get(key)
+            for key in ("epochs", "train_examples", "train_seconds", "train_sequences_per_second")
+        },
+        "dev": {key: figures[key] for key in ("f1", "precision", "recall", "accuracy", "per_type")},
+        "dev_raw_text": raw_text_figures(task, folder, examples),
+        "throughput": {
+            "batch_size": BATCH_SIZE,
+            "compute_dtype": folder.compute_dtype,
+            "seconds": round(seconds, 2),
+            "sentences_per_second": round(len(examples) / seconds, 1),
+            "words_per_second": round(words / seconds, 1),
+        },
+    }
+    if args.export:
+        report = json.load(open(os.path.join(args.export, "report.json"), encoding="utf-8"))
+        result["export"] = {
+            "keras_f1": report["keras"]["f1"],
+            "artefacts": [
+                {
+                    "path": entry["path"],
+                    "quantization": entry["quantization"],
+                    "f1": entry["f1"],
+                    "max_abs_diff": entry["max_abs_diff"],
+                    "latency_ms": entry["latency"]["median_ms"],
+                    "passed": entry["passed"],
+                }
+                for entry in report["artefacts"]
+            ],
+        }
+    result["machine"] = {
+        "cpus": os.cpu_count(),
+        "load_average_before": [round(v, 2) for v in load_before],
+        "load_average_after": [round(v, 2) for v in os.getloadavg()],
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
