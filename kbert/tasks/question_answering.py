@@ -543,43 +543,67 @@ class QuestionAnswering(Task):
         return entry
 
     def oracle_outputs(self, examples, encoded, peak=10.0):
-        """The logits a perfect model would give `encoded`'s rows, and which questions it can answer.
+        """The logits a perfect model would give `encoded`'s rows, and what it can answer.
 
-        Every row scores 0 everywhere but, for an answerable question, `peak`
-        at the start and end pieces of the first gold answer whose pieces,
-        cut from the context by character offsets, give its text back (in
-        every window that holds them); for an unanswerable one, at [CLS].
+        Every row scores 0 everywhere but, for an answerable question,
+        `peak` at the start and end pieces of its first gold answer that these
+        rules can give back (in every window that holds it whole); for an
+        unanswerable one, at [CLS].
 
         Returns:
             (dict of float32 `(rows, sequence_length)` arrays keyed by
-            `outputs`, bool array: the answerable questions with such a gold
-            answer ("kept" by the tokenizer)).
+            `outputs`, list of str: each question's `ORACLE_STATUSES` entry).
         """
         questions = encoded.extra["questions"]
         answer_ids = iter(squad.tokenize(self.tokenizer, [a["text"] for e in examples for a in e["answers"]]))
-        spans, kept = [], np.zeros(len(examples), bool)
-        for q, (example, question) in enumerate(zip(examples, questions)):
-            span = None
-            for answer in example["answers"]:
-                candidate = squad.answer_token_span(question.context, answer, next(answer_ids))
-                if span is None and candidate is not None and _span_text(question.context, candidate) == answer["text"].strip():
-                    span = candidate
-            kept[q] = span is not None
-            spans.append(span)
+        spans, statuses = [], []
+        for example, question in zip(examples, questions):
+            found = [(self._oracle_status(question, answer, next(answer_ids)), answer) for answer in example["answers"]]
+            usable = [span for (status, span), _ in found if status == "answerable"]
+            statuses.append("unanswerable" if not found else "answerable" if usable else found[0][0][0])
+            spans.append(usable[0] if usable else None)
         start = np.zeros(encoded.features["token_ids"].shape, np.float32)
         end = np.zeros_like(start)
         for row, (q, w) in enumerate(zip(encoded.example_of_row, encoded.extra["windows"])):
-            if not examples[q]["answers"]:
+            if statuses[q] == "unanswerable":
                 start[row, 0] = end[row, 0] = peak
-                continue
-            if spans[q] is None:
-                continue
-            first, length = questions[q].windows[w]
-            offset = len(questions[q].query) + 2
-            if first <= spans[q][0] and spans[q][1] < first + length:
-                start[row, spans[q][0] - first + offset] = peak
-                end[row, spans[q][1] - first + offset] = peak
-        return {"start_logits": start, "end_logits": end}, kept
+            elif spans[q] is not None:
+                first, length = questions[q].windows[w]
+                offset = len(questions[q].query) + 2
+                if first <= spans[q][0] and spans[q][1] < first + length:
+                    start[row, spans[q][0] - first + offset] = peak
+                    end[row, spans[q][1] - first + offset] = peak
+        return {"start_logits": start, "end_logits": end}, statuses
+
+    def _oracle_status(self, question, answer, answer_ids):
+        """`(status, span)` of one gold answer (see `ORACLE_STATUSES`)."""
+        span = squad.answer_token_span(question.context, answer, answer_ids)
+        if span is None:
+            return "not found by run_squad.py", None
+        if _span_text(question.context, span) != answer["text"].strip():
+            return "changed by the tokenizer", None
+        if span[1] - span[0] + 1 > self.max_answer_length:
+            return "longer than max_answer_length", None
+        masks = squad.max_context(question.windows, len(question.context))
+        if not any(
+            first <= span[0] and span[1] < first + length and mask[span[0] - first]
+            for (first, length), mask in zip(question.windows, masks)
+        ):
+            return "not whole in its start's max-context window", None
+        return "answerable", span
+
+
+# What `oracle_outputs` says of each question: a perfect model answers the
+# first two; the others no model can answer under these rules.
+ORACLE_STATUSES = (
+    "answerable",
+    "unanswerable",
+    "not found by run_squad.py",  # its split() sees spaces the context's words do not have
+    "changed by the tokenizer",  # an answer inside a word ("Japan" in "Japanese")
+    "longer than max_answer_length",
+    # Counted only where its start has the most context (a long answer near a window's end).
+    "not whole in its start's max-context window",
+)
 
 
 class Question:
