@@ -526,9 +526,9 @@ def test_finetune_evaluate_predict(tmp_path, small):
     with open(os.path.join(out, "metrics.json")) as f:
         metrics = json.load(f)
     assert settings["version_2_with_negative"] and settings["doc_stride"] == 32
-    assert settings["null_score_diff_threshold"] == metrics["tuned"]["null_score_diff_threshold"]
-    assert metrics["f1"] == pytest.approx(metrics["tuned"]["tuned_f1"]) == pytest.approx(dev["f1"])
-    assert metrics["tuned"]["train_questions"] == 36 and metrics["tuned"]["train_rows"] > 36
+    assert settings["null_score_diff_threshold"] == metrics["null_score_diff_threshold"]
+    assert metrics["f1"] == pytest.approx(metrics["tuned_f1"]) == pytest.approx(dev["f1"])
+    assert metrics["train_questions"] == 36 and metrics["train_rows"] > 36
 
     status, printed, _ = run_cli(["evaluate", "--model", out, "--data", small])
     assert status == 0 and json.loads(printed)["f1"] == pytest.approx(dev["f1"])

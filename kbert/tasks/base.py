@@ -155,8 +155,9 @@ class Task:
         """Settings chosen on the dev predictions after training (a threshold).
 
         The trainer calls it before the dev figures are computed and stores
-        `settings()` after it. Returns what it chose, a JSON dict for
-        metrics.json; default: nothing.
+        `settings()` after it. Returns what it chose and what training
+        counted (questions skipped), a JSON dict merged into metrics.json;
+        default: nothing.
         """
         return {}
 

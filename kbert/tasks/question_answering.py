@@ -18,8 +18,9 @@ official SQuAD scripts' `exact_match` and `f1` (v2.0: also `HasAns_*`,
 
 The model: the encoder's every position -> one float32 `Dense(2)` ->
 `start_logits`, `end_logits` (run_squad.py's `cls/squad/output_weights`,
-Hugging Face's `qa_outputs`). Loss: the mean of the start and end
-cross-entropies over the positions of the window.
+Hugging Face's `qa_outputs`), padding positions at `PADDING_LOGIT`. Loss:
+the mean of the start and end cross-entropies over the positions of the
+window.
 
 Export: `serving_default(question, context)` windows the context itself and
 returns `answer`, `answer_start`, `answer_end` (characters; -1 and "" for no
@@ -60,6 +61,9 @@ _INTEGER_OPTIONS = {"doc_stride": 1, "max_query_length": 1, "max_answer_length":
 SUMMARY = ("exact_match", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "n")
 # The offset outputs' value for no answer.
 NO_OFFSET = -1
+# The logit of a padding position: the encoder's own attention-mask bias
+# (`kbert.export.graph.MASK_BIAS`), far below any real logit.
+PADDING_LOGIT = -10000.0
 
 
 class QuestionAnswering(Task):
@@ -318,7 +322,6 @@ class QuestionAnswering(Task):
 
     def build_model(self, encoder_or_config, dtype=None):
         import keras
-        from keras import ops
 
         from kbert.models.encoder import as_encoder, encoder_inputs, rewire_encoder
 
@@ -333,8 +336,7 @@ class QuestionAnswering(Task):
             dtype="float32",
             name="qa_outputs",
         )(encoder(inputs)["sequence_output"])
-        start, end = ops.unstack(logits, 2, axis=-1)
-        return keras.Model(inputs, {"start_logits": start, "end_logits": end}, name="bert_question_answering")
+        return keras.Model(inputs, _span_logits(logits, inputs["padding_mask"]), name="bert_question_answering")
 
     def compile_args(self):
         import keras
@@ -350,8 +352,7 @@ class QuestionAnswering(Task):
         }
 
     def head(self, model, encoder_outputs, features):
-        logits = model.get_layer("qa_outputs")(encoder_outputs["sequence_output"])
-        return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
+        return _span_logits(model.get_layer("qa_outputs")(encoder_outputs["sequence_output"]), features["padding_mask"])
 
     # === Inference ===
 
@@ -419,7 +420,7 @@ class QuestionAnswering(Task):
         answer; when answering nothing is best, the threshold goes below
         every dev score difference.
         """
-        tuned = dict(self.train_figures)
+        tuned = dict(self.train_figures)  # what train_dataset counted
         if not self.version_2_with_negative or self.threshold_given:
             return tuned
         odds = [p["null_score_diff"] for p in predictions]
@@ -604,6 +605,20 @@ ORACLE_STATUSES = (
     # Counted only where its start has the most context (a long answer near a window's end).
     "not whole in its start's max-context window",
 )
+
+
+def _span_logits(logits, padding_mask):
+    """`start_logits` and `end_logits` from the `(batch, length, 2)` logits, padding at `PADDING_LOGIT`.
+
+    With padding out of the softmax, a training row cut to its bucket and the
+    same row padded to the full length give the same loss, and every runtime
+    gives the same padded logits.
+    """
+    from keras import ops
+
+    padding = ops.equal(padding_mask, 0)
+    start, end = ops.unstack(logits, 2, axis=-1)
+    return {"start_logits": ops.where(padding, PADDING_LOGIT, start), "end_logits": ops.where(padding, PADDING_LOGIT, end)}
 
 
 class Question:

@@ -198,9 +198,7 @@ def finetune(
     outputs = task.run(model, dev_encoded.features, batch_size)
     predictions = task.decode(dev_examples, dev_encoded, outputs)
     tuned = task.tune(dev_examples, predictions)
-    metrics = task.evaluate(dev_examples, predictions)
-    if tuned:
-        metrics["tuned"] = tuned
+    metrics = {**task.evaluate(dev_examples, predictions), **tuned}
     metrics.update(
         train_examples=len(train_examples),
         epochs=epochs,
