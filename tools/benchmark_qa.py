@@ -19,6 +19,7 @@ The load average of the machine is printed with each run.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -156,11 +157,12 @@ def learn_figures(args):
     log(f"fine-tuning all-MiniLM-L6-v2 on {len(examples)} questions")
     if os.path.exists(args.out):
         shutil.rmtree(args.out)
-    metrics = finetune(
-        NORMANS, NORMANS, "all-minilm-l6-v2", args.out, task="question-answering",
-        sequence_length=SEQUENCE_LENGTH, batch_size=args.batch_size, epochs=args.epochs,
-        learning_rate=args.lr, verbose=0, log=log,  # stdout is the JSON
-    )
+    with contextlib.redirect_stdout(sys.stderr):  # stdout is the JSON
+        metrics = finetune(
+            NORMANS, NORMANS, "all-minilm-l6-v2", args.out, task="question-answering",
+            sequence_length=SEQUENCE_LENGTH, batch_size=args.batch_size, epochs=args.epochs,
+            learning_rate=args.lr, verbose=0, log=log,
+        )
     curve = metrics["training_curve"]
     return {
         "learn": {
@@ -198,10 +200,11 @@ def latency_figures(args):
     out = args.keep or tempfile.mkdtemp(prefix="kbert-qa-bench-")
     target = os.path.join(out, "qa")
     try:
-        report = export_model(
-            args.model, target, data=NORMANS, formats="onnx,mediapipe", quantizations="none,dynamic",
-            latency_runs=args.runs, overwrite=True, log=log,
-        )
+        with contextlib.redirect_stdout(sys.stderr):
+            report = export_model(
+                args.model, target, data=NORMANS, formats="onnx,mediapipe", quantizations="none,dynamic",
+                latency_runs=args.runs, overwrite=True, log=log,
+            )
     finally:
         if not args.keep:
             shutil.rmtree(out, ignore_errors=True)
