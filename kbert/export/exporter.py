@@ -367,7 +367,9 @@ def _shorten(instance):
 
 def _first_sentence(text):
     first = text.split(". ")[0]
-    return text if first == text else first.rstrip(".") + "."
+    if first == text and text.endswith(("?", "!")):  # a question stays one
+        return text
+    return first.rstrip(".") + "."
 
 
 def _write_rest_example(staging, name, request, response):
