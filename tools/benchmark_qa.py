@@ -14,6 +14,10 @@ can be shown on the samples (`../shared/data/squad-sample/`):
     python tools/benchmark_qa.py latency --model runs/qa-normans
         Exports the model (ONNX fp32 and int8, BertQuestionAnswerer's
         .tflite) and reports each one's EM/F1 and batch-1 latency at 384.
+    python tools/benchmark_qa.py stream
+        A training set of SQuAD's size (the Normans questions over 625
+        distinct copies of their contexts): time and memory to prepare the
+        streamed rows, and to generate batches.
 
 The load average of the machine is printed with each run.
 """
@@ -39,6 +43,8 @@ CMRC_BAD_QUESTION = "TRIAL_210_"
 SEQUENCE_LENGTH = 384
 # Random-span baseline: random logits, this many draws.
 RANDOM_SEEDS = 5
+# 208 Normans questions x 625 = 130,000, SQuAD 2.0's training set's size (130,319).
+STREAM_COPIES = 625
 # The figures of an evaluation worth printing.
 FIGURES = ("exact_match", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1")
 
@@ -56,10 +62,14 @@ def main(argv=None):
     latency.add_argument("--model", required=True, help="a question-answering model folder")
     latency.add_argument("--runs", type=int, default=50, help="timed batch-1 runs per artefact")
     latency.add_argument("--keep", help="keep the export in this folder")
+    stream = sub.add_parser("stream", help="stream a SQuAD-sized training set")
+    stream.add_argument("--copies", type=int, default=STREAM_COPIES)
+    stream.add_argument("--batches", type=int, default=200, help="batches to generate and time")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     load_before = os.getloadavg()
-    result = {"oracle": oracle, "learn": learn_figures, "latency": latency_figures}[args.command](args)
+    commands = {"oracle": oracle, "learn": learn_figures, "latency": latency_figures, "stream": stream_figures}
+    result = commands[args.command](args)
     result["load_average"] = {"before": [round(x, 2) for x in load_before],
                               "after": [round(x, 2) for x in os.getloadavg()]}
     print(json.dumps(result, indent=2, ensure_ascii=False))
@@ -236,6 +246,48 @@ def latency_figures(args):
                       "latency_median_ms": keras["latency"]["median_ms"]},
             "artefacts": artefacts,
             "passed": report["passed"],
+        }
+    }
+
+
+def stream_figures(args):
+    import resource
+
+    import numpy as np
+
+    def rss_mib():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+    task = qa_task(version_2_with_negative=True)
+    normans = task.read(NORMANS)
+    examples = []
+    for copy in range(args.copies):
+        prefix = f"Copy {copy}. "  # a distinct context, the answers moved along
+        examples += [
+            {**e, "id": f"{e['id']}-{copy}", "context": prefix + e["context"],
+             "answers": [{**a, "answer_start": a["answer_start"] + len(prefix)} for a in e["answers"]]}
+            for e in normans
+        ]
+    before = rss_mib()
+    start = time.perf_counter()
+    dataset, batches = task.train_dataset(examples, 32)
+    prepared = time.perf_counter() - start
+    after = rss_mib()
+    rows = task.train_figures["train_rows"]
+    start = time.perf_counter()
+    shapes = [tuple(features["token_ids"].shape) for features, _ in dataset.take(args.batches)]
+    return {
+        "stream": {
+            "questions": len(examples),
+            "contexts": len({e["context"] for e in examples}),
+            "rows": rows,
+            "batches_of_32": batches,
+            "prepare_seconds": round(prepared, 1),
+            "peak_rss_mib_before_and_after_prepare": [before, after],
+            "rows_as_padded_int32_arrays_mib": round(rows * SEQUENCE_LENGTH * 3 * 4 / 2**20),
+            f"seconds_for_{len(shapes)}_batches": round(time.perf_counter() - start, 1),
+            "batch_lengths_seen": sorted({shape[1] for shape in shapes}),
+            "mean_rows_per_batch": round(float(np.mean([shape[0] for shape in shapes])), 1),
         }
     }
 
