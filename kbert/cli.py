@@ -104,6 +104,7 @@ def _load_model_folder(args):
     stored = folder.settings.get("options") or {}
     given = _task_options(args, [o.name for o in folder.task.options])
     options = {**stored, **{k: v for k, v in given.items() if v is not None}}
+    folder.task.use_options(options)
     return folder, options
 
 

@@ -122,6 +122,7 @@ def export_model(
             + "; ".join(f"{f} supports {', '.join(SUPPORTED[f])}" for f in formats)
         )
     options = {**(folder.settings.get("options") or {}), **{k: v for k, v in (options or {}).items() if v is not None}}
+    task.use_options(options)
     examples = task.read(data, options)[:max_examples]
     task.check(examples, data)
     calibration_set = None
@@ -186,11 +187,18 @@ def _export(folder, staging, scratch, name, plan, examples, calibration_set, thr
         metrics = task.evaluate(examples, predictions)
         return {k: v for k, v in task.summary(metrics).items() if k != "n"}
 
+    def judged(outputs=None, predictions=None):
+        """The task's figures and how the predictions agree with the Keras model's."""
+        if predictions is None:
+            predictions = task.decode(examples, encoded, outputs)
+        return {**figures(predictions=predictions), **task.prediction_agreement(predictions, reference_predictions)}
+
     # Artefacts compute in float32; a model trained under mixed precision is
     # held to its float32 twin (same weights), and its own figures reported.
     model = folder.float32_model()
     reference = task.run(model, features, BATCH_SIZE)
-    keras_figures = figures(reference)
+    reference_predictions = task.decode(examples, encoded, reference)
+    keras_figures = figures(predictions=reference_predictions)
     keras_figures["compute_dtype"] = "float32"
     keras_figures["latency"] = verify.measure_latency(lambda: model.predict_on_batch(one), latency_runs)
     if model is not folder.model:
@@ -222,7 +230,7 @@ def _export(folder, staging, scratch, name, plan, examples, calibration_set, thr
             "quantization": quantization,
             "input": input_kind,
             **task.agreement(outputs, reference),
-            **figures(outputs),
+            **judged(outputs),
             "latency": latency,
             **extra,
         })
@@ -302,7 +310,7 @@ def _export(folder, staging, scratch, name, plan, examples, calibration_set, thr
             latency = verify.measure_latency(lambda: runner.run(one), latency_runs)
             latency["threads"] = threads
             artefact(path, "tflite", quantization, "tokens", runner.run(features), latency, ops=ops)
-        if "none" in tflite_quantizations:
+        if "none" in tflite_quantizations and task.tflite_text_variant:
             log("TFLite: converting the text variant")
             source = os.path.join(scratch, "tflite_text")
             tflite.write_text_source(folder, source)
@@ -327,11 +335,11 @@ def _export(folder, staging, scratch, name, plan, examples, calibration_set, thr
         for entry in mediapipe.export_for_task(
             folder, os.path.join(staging, mediapipe.FOLDER), examples, reference, cache_dir
         ):
-            entry.update(figures(predictions=entry.pop("predictions")))
+            entry.update(judged(predictions=entry.pop("predictions")))
             entry["path"] = os.path.relpath(entry["path"], staging)
             add(entry)
 
-    summary_names = [k for k in figures(reference)]
+    summary_names = [k for k in figures(predictions=reference_predictions)]
     return {
         "name": name,
         "task": task.name,
@@ -354,7 +362,14 @@ def _export(folder, staging, scratch, name, plan, examples, calibration_set, thr
 
 def _shorten(instance):
     """Each string of a REST instance cut after its first sentence: short enough for a README."""
-    return {name: text.split(". ")[0].rstrip(".") + "." for name, text in instance.items()}
+    return {name: _first_sentence(text) for name, text in instance.items()}
+
+
+def _first_sentence(text):
+    first = text.split(". ")[0]
+    if first == text and text.endswith(("?", "!")):  # a question stays one
+        return text
+    return first.rstrip(".") + "."
 
 
 def _write_rest_example(staging, name, request, response):

@@ -164,11 +164,19 @@ def export_text_classifier(folder, out, examples, reference, cache_dir=None, tas
     return entries
 
 
+def export_question_answerer(folder, out, examples, reference, cache_dir=None):
+    """`kbert.export.question_answerer.export_bert_question_answerer` (imported when used)."""
+    from kbert.export.question_answerer import export_bert_question_answerer
+
+    return export_bert_question_answerer(folder, out, examples, reference, cache_dir)
+
+
 # The on-device file writers, by the kind a task names in `Task.mediapipe`:
 # each writes its files into a new folder, runs them with the runtime that
 # serves them, and returns report entries.
 EXPORTERS = {
     "text_classifier": export_text_classifier,
+    "bert_question_answerer": export_question_answerer,
 }
 
 

@@ -14,6 +14,8 @@ It imports nothing of kbert (and no TensorFlow), only the tool the command needs
 | `read_metadata` | MEDIAPIPE | the metadata as JSON and the packed file names |
 | `classify_mediapipe` | MEDIAPIPE | scores from `mediapipe.tasks.python.text.TextClassifier` |
 | `classify_task_library` | TFLITE_SUPPORT | scores from `tflite_support.task.text.BertNLClassifier` |
+| `write_question_answerer` | MEDIAPIPE | metadata by MediaPipe's generic `metadata_writer.MetadataWriter`: a BERT text input and two feature outputs |
+| `answer_task_library` | TFLITE_SUPPORT | answers from `tflite_support.task.text.BertQuestionAnswerer` |
 """
 
 import json
@@ -76,6 +78,41 @@ def write_task_library(request):
         metadata = writer.get_metadata_json()
     _write_atomically(request["out"], content)
     return {"metadata": json.loads(metadata)}
+
+
+def write_question_answerer(request):
+    """No writer for question answering exists: the generic one, as BertQuestionAnswerer reads it."""
+    from mediapipe.tasks.python.metadata.metadata_writers import metadata_writer
+
+    names = request["tensor_names"]
+    with open(request["model"], "rb") as f, tempfile.TemporaryDirectory() as tmp:
+        tokenizer = metadata_writer.BertTokenizer(_copy(request["vocab"], os.path.join(tmp, VOCAB_NAME)))
+        writer = metadata_writer.MetadataWriter.create(bytearray(f.read()))
+        writer.add_general_info(request["name"], request["description"])
+        writer.add_bert_text_input(tokenizer, names["ids"], names["mask"], names["segment_ids"])
+        # Output metadata pairs with the model's outputs by position.
+        for name in request["outputs"]:
+            writer.add_feature_output(name=name)
+        content, metadata = writer.populate()
+    _write_atomically(request["out"], content)
+    return {"metadata": json.loads(metadata)}
+
+
+def answer_task_library(request):
+    _load_libusb()
+    from tflite_support.task import text
+
+    answerer = text.BertQuestionAnswerer.create_from_file(request["model"])
+    answers, times = [], []
+    for question, context in zip(request["questions"], request["contexts"]):
+        start = time.perf_counter()
+        result = answerer.answer(context, question)
+        times.append(time.perf_counter() - start)
+        answers.append([
+            {"text": a.text, "start": a.pos.start, "end": a.pos.end, "logit": a.pos.logit}
+            for a in result.answers
+        ])
+    return {"answers": answers, "times": times}
 
 
 def read_metadata(request):
@@ -151,6 +188,10 @@ def _write_atomically(path, content):
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(content)
+        # mkstemp makes the file private; the user's umask decides, as for open().
+        mask = os.umask(0o022)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -163,6 +204,8 @@ COMMANDS = {
     "read_metadata": read_metadata,
     "classify_mediapipe": classify_mediapipe,
     "classify_task_library": classify_task_library,
+    "write_question_answerer": write_question_answerer,
+    "answer_task_library": answer_task_library,
 }
 
 

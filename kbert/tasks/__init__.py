@@ -4,6 +4,7 @@ Adding a task is one module, its tests, and one line in `TASKS`.
 """
 
 from kbert.tasks.base import Encoded, Option, Task
+from kbert.tasks.question_answering import QuestionAnswering
 from kbert.tasks.text_classification import TextClassification
 from kbert.tasks.text_pair_classification import TextPairClassification
 from kbert.tasks.text_pair_regression import TextPairRegression
@@ -14,6 +15,7 @@ TASKS = {
         TextClassification,
         TextPairClassification,
         TextPairRegression,
+        QuestionAnswering,
     )
 }
 DEFAULT_TASK = TextClassification.name
