@@ -5,6 +5,7 @@ Adding a task is one module, its tests, and one line in `TASKS`.
 
 from kbert.tasks.base import Encoded, Option, Task
 from kbert.tasks.question_answering import QuestionAnswering
+from kbert.tasks.sentence_embedding import SentenceEmbedding
 from kbert.tasks.text_classification import TextClassification
 from kbert.tasks.text_pair_classification import TextPairClassification
 from kbert.tasks.text_pair_regression import TextPairRegression
@@ -16,6 +17,7 @@ TASKS = {
         TextPairClassification,
         TextPairRegression,
         QuestionAnswering,
+        SentenceEmbedding,
     )
 }
 DEFAULT_TASK = TextClassification.name
