@@ -4,7 +4,9 @@ References: sentence-transformers' embeddings and PyTorch's hidden states of
 all-MiniLM-L6-v2 (`tests/data/minilm_reference`), scipy's correlations,
 numpy's brute force, and the runtimes themselves (LiteRT, onnxruntime,
 TF's SavedModel loader, MediaPipe's `TextEmbedder` in its own environment).
-STS-B pairs come from `../shared/data/glue-stsb/dev.tsv`.
+STS-B pairs come from `../shared/data/glue-stsb/dev.tsv`. MediaPipe on the
+real MiniLM against sentence-transformers is a figure of
+`tools/benchmark_embedding.py --parts mediapipe` (half a minute more here).
 """
 
 import contextlib
@@ -395,23 +397,3 @@ def test_exported_savedmodel_and_tflite_give_keras_unit_vectors(exported, tiny):
     assert output["shape"].tolist() == [1, TINY.hidden_size]
     features = folder.task.encode(folder.task.examples_from_texts(texts)).features
     assert row_cosines(runner.run(features)["embedding"], expected).min() >= MIN_COSINE
-
-
-@pytest.mark.slow
-def test_mediapipe_text_embedder_matches_sentence_transformers(minilm, reference, tmp_path):
-    """MiniLM at sentence-transformers' length, run by MediaPipe's TextEmbedder.
-
-    MediaPipe's tokenizer lower-cases ASCII only and keeps accents, so only the
-    ASCII sentences get the reference's token ids.
-    """
-    from kbert.export import mediapipe
-
-    sentences, arrays = reference
-    task = task_instance("sentence-embedding", {}, 256)
-    model = task.build_model(minilm.encoder)
-    path = str(tmp_path / "minilm.tflite")
-    mediapipe.write_text_embedder(model, minilm.vocabulary, 256, task, path)
-    vectors, _ = mediapipe.embed(path, sentences)
-    cosines = row_cosines(vectors, arrays["sentence_embeddings"])
-    ascii_rows = [i for i, text in enumerate(sentences) if text.isascii()]
-    assert len(ascii_rows) == 5 and cosines[ascii_rows].min() >= REFERENCE_MIN_COSINE, cosines

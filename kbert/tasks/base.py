@@ -288,14 +288,7 @@ class Task:
         )
         if not isinstance(result, dict):
             result = dict(zip(self.outputs, result if isinstance(result, (list, tuple)) else [result]))
-        result = {name: np.asarray(result[name]) for name in self.outputs}
-        bad = [name for name, value in result.items() if not np.all(np.isfinite(value))]
-        if bad:
-            raise ValueError(
-                f"the model gives non-finite {bad[0]} (NaN or infinity): its weights are "
-                "broken (diverged training?)"
-            )
-        return result
+        return check_finite({name: np.asarray(result[name]) for name in self.outputs})
 
     def decode(self, examples, encoded, outputs):
         """One prediction per example from the outputs of `encoded`'s rows."""
@@ -456,6 +449,17 @@ def epoch_batches(epoch, lengths, batch_size, sequence_length, target_padding, e
         ds = ds.concatenate(bucketed(index))
     ds = ds.apply(tf.data.experimental.assert_cardinality(batches * (epochs - first_epoch)))
     return ds.prefetch(tf.data.AUTOTUNE), batches
+
+
+def check_finite(outputs):
+    """`outputs` (a dict of arrays), or `ValueError` if one holds NaN or infinity."""
+    bad = [name for name, value in outputs.items() if not np.all(np.isfinite(value))]
+    if bad:
+        raise ValueError(
+            f"the model gives non-finite {bad[0]} (NaN or infinity): its weights are "
+            "broken (diverged training?)"
+        )
+    return outputs
 
 
 class TextTask(Task):
