@@ -19,10 +19,6 @@ from kbert.cliargs import (
 )
 from kbert.fileio import write_file
 
-# The task `kbert embed` and `kbert search` run unless --task names another.
-EMBEDDING_TASK = "sentence-embedding"
-
-
 class CliError(Exception):
     """An error to report in one line, without a traceback."""
 
@@ -327,7 +323,7 @@ def cmd_pretrain(args):
 
 
 def build_parser():
-    from kbert.tasks import DEFAULT_TASK, TASKS
+    from kbert.tasks import DEFAULT_TASK, EMBEDDING_TASK, TASKS
 
     parser = argparse.ArgumentParser(
         prog="kbert", description="BERT for Keras 3: pretrain, fine-tune, evaluate, predict, embed."

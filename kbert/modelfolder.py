@@ -164,7 +164,8 @@ class ModelFolder:
             ModelFolder whose `path` is `model`.
 
         Example:
-        >>> folder = ModelFolder.from_pretrained("all-minilm-l6-v2", "sentence-embedding")  # doctest: +SKIP
+        >>> from kbert.tasks import EMBEDDING_TASK
+        >>> folder = ModelFolder.from_pretrained("all-minilm-l6-v2", EMBEDDING_TASK)  # doctest: +SKIP
         """
         task_class = get_task(task)
         if task_class.trainable:

@@ -7,7 +7,6 @@ Parts (`--parts`, default all):
 | `evaluate` | STS-B dev Pearson and Spearman by cosine, Keras, at sentence-transformers' length (256) and at `--seq-len`; the longest dev text in word pieces |
 | `export` | `kbert export --task sentence-embedding` at `--seq-len` on STS-B dev (calibration: STS-B train): every artefact's Spearman, cosines to Keras, batch-1 latency, size, verdict |
 | `latency` | batch-1 latency of the export's artefacts and the Keras model, interleaved in rounds (MediaPipe's is in `export`: it runs in its own process) |
-| `onnx_per_channel` | the export's fused ONNX model quantized by `quantize_dynamic` with per-channel weight scales, against the export's per-tensor int8 |
 | `mediapipe` | MediaPipe's `TextEmbedder` (length 256) on the held-out sentences of `tests/data/minilm_reference`, cosine to sentence-transformers' embeddings, and whether its token ids are the reference's |
 | `tokenizer` | how often MediaPipe's BERT tokenizer gives other ids than the checkpoint's, on STS-B dev, Debian dev and Debian corpus documents |
 | `search` | `kbert search` on Debian corpus documents: index build (texts/s), queries/s embedded one at a time and in one batch, search time alone |
@@ -35,7 +34,7 @@ DEBIAN_DEV = os.path.join(REPO, "data", "debian-packages", "dev.csv")
 REFERENCE = os.path.join(REPO, "tests", "data", "minilm_reference")
 CHECKPOINT = "all-minilm-l6-v2"
 TASK = "sentence-embedding"
-PARTS = ("evaluate", "export", "latency", "onnx_per_channel", "mediapipe", "tokenizer", "search")
+PARTS = ("evaluate", "export", "latency", "mediapipe", "tokenizer", "search")
 # Latency: timed batch-1 runs per artefact and round; rounds interleave the
 # artefacts so that a burst of load on a shared machine hits them alike.
 LATENCY_RUNS_PER_ROUND = 20
@@ -183,35 +182,6 @@ def part_latency(args):
         "median_p90_ms": {name: milliseconds(values) for name, values in times.items()},
         "runs": LATENCY_ROUNDS * LATENCY_RUNS_PER_ROUND,
     }
-
-
-def part_onnx_per_channel(args):
-    import numpy as np
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    from kbert.export.onnx import OnnxRunner
-    from kbert.modelfolder import open_model
-    from kbert.tasks.sentence_embedding import row_cosines
-
-    fused = os.path.join(args.out, "export", "onnx", "model.onnx")
-    if not os.path.isfile(fused):
-        raise SystemExit(f"{fused} not found: run the export part first")
-    folder = open_model(CHECKPOINT, TASK, sequence_length=args.seq_len)
-    examples = folder.task.read(STSB_DEV)[: args.max_examples]
-    encoded = folder.task.encode(examples, targets=False)
-    reference = folder.task.run(folder.model, encoded.features)["embedding"]
-    result = {}
-    for name, per_channel in (("per_tensor", False), ("per_channel", True)):
-        path = os.path.join(args.out, f"model_int8_{name}.onnx")
-        quantize_dynamic(fused, path, weight_type=QuantType.QInt8, per_channel=per_channel,
-                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
-        vectors = OnnxRunner(path, 2).run(encoded.features, ["embedding"])["embedding"]
-        cosines = row_cosines(vectors, reference)
-        metrics = folder.task.evaluate(examples, folder.task.decode(examples, encoded, {"embedding": vectors}))
-        result[name] = {"spearman": metrics["spearman"], "min_cosine": float(cosines.min()),
-                        "mean_cosine": float(np.mean(cosines))}
-    return result
 
 
 def part_mediapipe(args):

@@ -21,8 +21,10 @@ TASKS = {
     )
 }
 DEFAULT_TASK = TextClassification.name
+# The task `kbert embed` and `kbert search` run unless --task names another.
+EMBEDDING_TASK = SentenceEmbedding.name
 
-__all__ = ["DEFAULT_TASK", "TASKS", "Encoded", "Option", "Task", "get_task"]
+__all__ = ["DEFAULT_TASK", "EMBEDDING_TASK", "TASKS", "Encoded", "Option", "Task", "get_task"]
 
 
 def get_task(name):

@@ -8,8 +8,8 @@ used. The vector is the pooled last hidden states:
 
 | setting | values | default |
 | --- | --- | --- |
-| `--pooling` | `mean` over the real tokens, `cls` (the first token's vector), `max` over the real tokens | the checkpoint's `1_Pooling/config.json`, else `mean` |
-| `--normalize` | `true`: divide by the L2 norm; `false` | `true` if the checkpoint's `modules.json` lists a `Normalize` module, `false` if it has a `modules.json` without one, `true` without a `modules.json` |
+| `--pooling` | `mean` over the real tokens, `cls` (the first token's vector), `max` over the real tokens | `auto`: the checkpoint's `1_Pooling/config.json`, else `mean` |
+| `--normalize` | `true`: divide by the L2 norm; `false` | `auto`: `true` if the checkpoint's `modules.json` lists a `Normalize` module, `false` if it has a `modules.json` without one, `true` without a `modules.json` |
 | `--seq-len` | texts are cut to this many word pieces | `sentence_bert_config.json`'s `max_seq_length`, else 512 |
 
 Data for `kbert evaluate` (and the export's verification): STS-style pairs, a
@@ -54,6 +54,8 @@ POOLING_MODES = {
 }
 # The sentence-transformers modules kbert computes (by class name).
 KNOWN_MODULES = ("Transformer", "Pooling", "Normalize")
+# The value of --pooling and --normalize that reads them from the checkpoint.
+AUTO = "auto"
 _BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
 
@@ -75,13 +77,15 @@ class SentenceEmbedding(TextTask):
         Option("score_column", "column holding the numeric score", "score"),
         Option(
             "pooling",
-            "sentence-embedding pooling: mean, cls or max (default: the checkpoint's "
-            "sentence-transformers config, else mean)",
+            f"sentence-embedding pooling: mean, cls or max; {AUTO}: the checkpoint's "
+            "sentence-transformers config, else mean",
+            AUTO,
         ),
         Option(
             "normalize",
-            "sentence-embedding L2 normalisation: true or false (default: the checkpoint's "
-            "sentence-transformers modules, else true)",
+            f"sentence-embedding L2 normalisation: true or false; {AUTO}: the checkpoint's "
+            "sentence-transformers modules, else true",
+            AUTO,
         ),
     )
     text_options = ("sentence1_column", "sentence2_column")
@@ -115,14 +119,16 @@ class SentenceEmbedding(TextTask):
         """Pooling and normalisation: the options given, else the checkpoint's modules."""
         options = cls.resolve_options(options)
         modules = sentence_transformers_modules(checkpoint) if checkpoint else {}
-        normalize = options["normalize"]
-        if normalize is None:
+        pooling, normalize = options["pooling"], options["normalize"]
+        if pooling == AUTO:
+            pooling = modules.get("pooling", DEFAULT_POOLING)
+        if normalize == AUTO:
             normalize = modules.get("normalize", DEFAULT_NORMALIZE)
         elif not isinstance(normalize, bool):
             normalize = _BOOLEANS.get(str(normalize).strip().lower())
             if normalize is None:
-                raise ValueError(f"--normalize {options['normalize']!r}; expected true or false")
-        return {"pooling": options["pooling"] or modules.get("pooling", DEFAULT_POOLING), "normalize": normalize}
+                raise ValueError(f"--normalize {options['normalize']!r}; expected true, false or {AUTO}")
+        return {"pooling": pooling, "normalize": normalize}
 
     @classmethod
     def pretrained_sequence_length(cls, checkpoint):
