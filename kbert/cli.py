@@ -163,6 +163,7 @@ def cmd_search(args):
     if args.corpus:
         if not args.model:
             raise CliError("--corpus needs --model: the model that embeds it")
+        _check_output_file(args.index, args.overwrite)
         folder, _ = _load_model_folder(args)
         texts, lines = search.read_corpus(args.corpus, args.text_column)
         _print_json(search.build_index(folder, texts, lines, args.index, args.corpus, args.batch_size))
@@ -425,6 +426,7 @@ def build_parser():
     p.add_argument("queries", nargs="*", metavar="QUERY")
     p.add_argument("--queries", dest="queries_file", help="a .txt file of queries, one a line")
     p.add_argument("-k", "--top-k", type=positive_int, default=10, help="texts per query")
+    p.add_argument("--overwrite", action="store_true", help="with --corpus: replace --index if it exists")
     p.add_argument("--batch-size", type=positive_int, default=64)
     add_task_options(p)
     p.set_defaults(run=cmd_search)

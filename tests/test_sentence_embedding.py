@@ -335,8 +335,10 @@ def test_search_refuses_another_model_and_bad_files(index, tmp_path, capsys):
     err = error_of(["search", "--model", other, "--corpus", DEBIAN_DEV, "--index", missing], capsys)
     assert "no such folder" in err and not os.path.exists(missing)
     before = open(index["path"], "rb").read()
-    err = error_of(["search", "--model", other, "--corpus", str(tmp_path / "none.txt"), "--index", index["path"]],
-                   capsys)
+    err = error_of(["search", "--model", other, "--corpus", DEBIAN_DEV, "--index", index["path"]], capsys)
+    assert "exists; pass --overwrite" in err
+    err = error_of(["search", "--model", other, "--corpus", str(tmp_path / "none.txt"), "--index", index["path"],
+                    "--overwrite"], capsys)
     assert "none.txt: no such file" in err and open(index["path"], "rb").read() == before
     truncated = tmp_path / "truncated.kbert-index"
     truncated.write_bytes(before[: len(before) // 2])

@@ -10,6 +10,7 @@ Parts (`--parts`, default all):
 | `mediapipe` | MediaPipe's `TextEmbedder` (length 256) on the held-out sentences of `tests/data/minilm_reference`, cosine to sentence-transformers' embeddings, and whether its token ids are the reference's |
 | `tokenizer` | how often MediaPipe's BERT tokenizer gives other ids than the checkpoint's, on STS-B dev, Debian dev and Debian corpus documents |
 | `search` | `kbert search` on Debian corpus documents: index build (texts/s), queries/s embedded one at a time and in one batch, search time alone |
+| `search_scaling` | search time alone on the `search` part's index repeated to `SCALING_ROWS` rows, one query at a time and in batches |
 
     python tools/benchmark_embedding.py --out runs/embedding-benchmark > embedding.json
 
@@ -34,11 +35,14 @@ DEBIAN_DEV = os.path.join(REPO, "data", "debian-packages", "dev.csv")
 REFERENCE = os.path.join(REPO, "tests", "data", "minilm_reference")
 CHECKPOINT = "all-minilm-l6-v2"
 TASK = "sentence-embedding"
-PARTS = ("evaluate", "export", "latency", "mediapipe", "tokenizer", "search")
+PARTS = ("evaluate", "export", "latency", "mediapipe", "tokenizer", "search", "search_scaling")
 # Latency: timed batch-1 runs per artefact and round; rounds interleave the
 # artefacts so that a burst of load on a shared machine hits them alike.
 LATENCY_RUNS_PER_ROUND = 20
 LATENCY_ROUNDS = 5
+# Rows of the synthetic index of `search_scaling`: where brute force stops being the tool.
+SCALING_ROWS = 1_000_000
+SCALING_BATCH = 64
 # sentence-transformers' max_seq_length for all-MiniLM-L6-v2.
 REFERENCE_LENGTH = 256
 
@@ -123,6 +127,8 @@ def part_export(args):
     for entry in report["artefacts"]:
         row = {k: entry[k] for k in keep if k in entry}
         row["latency_ms"] = entry["latency"]["median_ms"]
+        if "texts_whose_token_ids_differ" in entry:
+            row["texts_whose_token_ids_differ"] = entry["texts_whose_token_ids_differ"]
         if "tokenization" in entry:
             row["texts_whose_token_ids_differ"] = entry["tokenization"]["texts_whose_token_ids_differ"]
             row["texts"] = entry["tokenization"]["texts"]
@@ -277,6 +283,33 @@ def part_search(args):
         "search_only_ms_median_p90": milliseconds(search_only),
         "example": {"query": queries[0], "top3": [index.text(int(i))[:100] for i in rows[0][:3]]},
         "mean_words_per_document": round(float(np.mean([len(d.split()) for d in documents])), 1),
+    }
+
+
+def part_search_scaling(args):
+    import numpy as np
+
+    from kbert import search
+
+    path = os.path.join(args.out, "debian.kbert-index")
+    if not os.path.isfile(path):
+        raise SystemExit(f"{path} not found: run the search part first")
+    index = search.load_index(path)
+    queries = index.embeddings[: SCALING_BATCH * 2] + np.float32(0.01)
+    repeats = -(-SCALING_ROWS // len(index))
+    index.embeddings = np.tile(index.embeddings, (repeats, 1))[:SCALING_ROWS]
+    one = []
+    for vector in queries[:20]:
+        start = time.perf_counter()
+        search.search(index, vector[None], 10)
+        one.append(time.perf_counter() - start)
+    start = time.perf_counter()
+    search.search(index, queries[:SCALING_BATCH], 10)
+    batch = time.perf_counter() - start
+    return {
+        "rows": len(index), "index_megabytes": round(index.embeddings.nbytes / 2**20, 1),
+        "one_query_ms_median_p90": milliseconds(one),
+        f"ms_per_query_in_batches_of_{SCALING_BATCH}": round(1e3 * batch / SCALING_BATCH, 2),
     }
 
 
