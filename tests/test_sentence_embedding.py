@@ -259,6 +259,28 @@ def test_a_model_folder_of_another_task_gives_its_encoder(tmp_path):
     np.testing.assert_allclose(folder.embed(texts), expected, atol=RUN_TOLERANCE)
 
 
+def test_a_google_checkpoint_gives_the_same_vectors(tiny, tmp_path):
+    from safetensors.numpy import load_file
+
+    from tests.test_google_checkpoint import google_name, write_folder
+
+    tensors = {}
+    for hf_name, value in load_file(os.path.join(tiny, "model.safetensors")).items():
+        name, transpose = google_name(hf_name)
+        tensors[name] = np.ascontiguousarray(value.T if transpose else value)
+    with open(os.path.join(tiny, "config.json")) as f:
+        hf_config = json.load(f)
+    keys = ("hidden_act", "hidden_size", "intermediate_size", "max_position_embeddings",
+            "num_attention_heads", "num_hidden_layers", "type_vocab_size", "vocab_size")
+    google = str(tmp_path / "google")
+    write_folder(google, {key: hf_config[key] for key in keys}, list(minilm_vocabulary()), tensors)
+    texts = ["A chess game.", "An IMAP server for mail."]
+    expected = open_model(tiny, "sentence-embedding").embed(texts)
+    folder = open_model(google, "sentence-embedding", sequence_length=TINY_LENGTH)
+    assert folder.task.settings() == {"pooling": "mean", "normalize": True}  # no sentence-transformers files
+    np.testing.assert_allclose(folder.embed(texts), expected, atol=RUN_TOLERANCE)
+
+
 def test_tasks_that_need_training_are_kept_apart(tiny, tmp_path, capsys):
     assert not TASKS["sentence-embedding"].trainable
     with pytest.raises(SystemExit):
@@ -349,6 +371,22 @@ def test_search_refuses_another_model_and_bad_files(index, tmp_path, capsys):
 # === Export ===
 
 
+def test_quantized_artefacts_keep_spearman_and_the_vectors_direction():
+    task = task_instance("sentence-embedding", {})
+    keras = {"spearman": 0.80}
+    ok = task.judge({"quantization": "dynamic", "spearman": 0.797, "mean_cosine": 0.99}, keras)
+    assert ok["passed"] and ok["metric_drop"] == pytest.approx(0.003)
+    lost = task.judge({"quantization": "dynamic", "spearman": 0.79, "mean_cosine": 0.99}, keras)
+    assert not lost["passed"]
+    # Every vector's sign flipped: cosines between pairs, hence Spearman, unchanged.
+    flipped = task.judge({"quantization": "16x8", "spearman": 0.80, "mean_cosine": -0.99}, keras)
+    assert not flipped["passed"] and "mean_cosine >= 0.95" in flipped["budget"]
+    vectors = np.random.default_rng(0).normal(size=(4, 8))
+    agreement = task.agreement({"embedding": -vectors}, {"embedding": vectors})
+    assert agreement["mean_cosine"] == pytest.approx(-1.0) and agreement["min_cosine"] == pytest.approx(-1.0)
+    assert not task.judge({"quantization": "none", **agreement}, keras)["passed"]
+
+
 @pytest.fixture(scope="module")
 def exported(tiny, tmp_path_factory):
     from kbert.export import export_model
@@ -357,7 +395,7 @@ def exported(tiny, tmp_path_factory):
     data = stsb_subset(root / "stsb.tsv", 8)
     out = str(root / "embedder")
     report = export_model(
-        tiny, out, data=data, task="sentence-embedding", quantizations="none,dynamic",
+        tiny, out, data=data, task="sentence-embedding", quantizations="none",
         latency_runs=1, log=lambda line: None,
     )
     return {"out": out, "report": report, "data": data}
@@ -368,14 +406,11 @@ def test_export_writes_and_verifies_every_artefact(exported):
     assert report["passed"] and report["task"] == "sentence-embedding" and report["metric"] == "spearman"
     paths = {entry["path"]: entry for entry in report["artefacts"]}
     assert sorted(paths) == [
-        "1", "mediapipe/text_embedder.tflite", "onnx/model.onnx", "onnx/model_int8.onnx",
-        "tflite/model_dynamic.tflite", "tflite/model_none.tflite", "tflite/model_text.tflite",
+        "1", "mediapipe/text_embedder.tflite", "onnx/model.onnx", "tflite/model_none.tflite",
+        "tflite/model_text.tflite",
     ]
     for entry in report["artefacts"]:
-        if entry["quantization"] == "none":
-            assert entry["min_cosine"] >= MIN_COSINE, entry["path"]
-        else:
-            assert abs(entry["metric_drop"]) <= TASKS["sentence-embedding"].budgets["dynamic"]
+        assert entry["min_cosine"] >= MIN_COSINE and entry["budget"] == "min_cosine >= 0.9999", entry["path"]
     mediapipe_entry = paths["mediapipe/text_embedder.tflite"]
     assert mediapipe_entry["contract"]["output"] == {"metadata_name": "embedding", "dtype": "float32", "shape": [1, 32]}
     assert sorted(i["metadata_name"] for i in mediapipe_entry["contract"]["inputs"]) == ["ids", "mask", "segment_ids"]
