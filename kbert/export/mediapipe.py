@@ -255,12 +255,9 @@ def write_text_embedder(model, vocabulary, sequence_length, task, path, cache_di
         sequence_length,
         tracked=model,
     )
-    _worker_write(
-        "write_mediapipe_embedder", mediapipe_env.MEDIAPIPE, content, vocabulary, path, cache_dir,
-        name=f"kbert {task.name}",
-        description=f"kbert {task.name} model: WordPiece text in, one vector out",
-        output_name=EMBEDDING_OUTPUT_NAME,
-        output_description="the text's vector",
+    write_bert_features(
+        content, vocabulary, [EMBEDDING_OUTPUT_NAME], path, cache_dir,
+        name=f"kbert {task.name}", description=f"kbert {task.name} model: WordPiece text in, one vector out",
     )
     contract = read_contract(path, cache_dir)
     width = int(model.output.shape[-1])
@@ -590,6 +587,19 @@ def _write_with_metadata(content, vocabulary, labels, path, runtime, cache_dir):
     """Has `runtime`'s classifier writer add metadata to the `.tflite` bytes `content`."""
     write_command, _, spec = _WORKER_COMMANDS[runtime]
     _worker_write(write_command, spec, content, vocabulary, path, cache_dir, labels=list(labels))
+
+
+def write_bert_features(content, vocabulary, outputs, path, cache_dir=None, name="", description=""):
+    """Writes the `.tflite` bytes `content` to `path` with MediaPipe's generic metadata.
+
+    A BERT text input (the tokenizer, `vocabulary`, the inputs named `ids`,
+    `mask`, `segment_ids`) and one feature output per name of `outputs`, in the
+    model's output order: what `TextEmbedder` and `BertQuestionAnswerer` read.
+    """
+    _worker_write(
+        "write_bert_features", mediapipe_env.MEDIAPIPE, content, vocabulary, path, cache_dir,
+        outputs=list(outputs), name=name, description=description,
+    )
 
 
 def _worker_write(command, spec, content, vocabulary, path, cache_dir, **request):

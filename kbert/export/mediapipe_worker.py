@@ -14,9 +14,8 @@ It imports nothing of kbert (and no TensorFlow), only the tool the command needs
 | `read_metadata` | MEDIAPIPE | the metadata as JSON and the packed file names |
 | `classify_mediapipe` | MEDIAPIPE | scores from `mediapipe.tasks.python.text.TextClassifier` |
 | `classify_task_library` | TFLITE_SUPPORT | scores from `tflite_support.task.text.BertNLClassifier` |
-| `write_question_answerer` | MEDIAPIPE | metadata by MediaPipe's generic `metadata_writer.MetadataWriter`: a BERT text input and two feature outputs |
+| `write_bert_features` | MEDIAPIPE | metadata by MediaPipe's generic `metadata_writer.MetadataWriter`: a BERT text input and feature outputs (text embedder, question answerer) |
 | `answer_task_library` | TFLITE_SUPPORT | answers from `tflite_support.task.text.BertQuestionAnswerer` |
-| `write_mediapipe_embedder` | MEDIAPIPE | metadata by MediaPipe's generic `metadata_writer.MetadataWriter`: BERT text input, feature output |
 | `embed_mediapipe` | MEDIAPIPE | vectors from `mediapipe.tasks.python.text.TextEmbedder` |
 """
 
@@ -46,26 +45,6 @@ def write_mediapipe(request):
             ids_name=names["ids"],
             mask_name=names["mask"],
             segment_name=names["segment_ids"],
-        )
-
-    return _populate(request, writer)
-
-
-def write_mediapipe_embedder(request):
-    """MediaPipe has no TextEmbedder writer; its generic writer gives what the task reads."""
-    from mediapipe.tasks.python.metadata.metadata_writers import metadata_writer
-
-    def writer(model, vocab, names):
-        return (
-            metadata_writer.MetadataWriter.create(model)
-            .add_general_info(request["name"], request["description"])
-            .add_bert_text_input(
-                metadata_writer.BertTokenizer(vocab),
-                ids_name=names["ids"],
-                mask_name=names["mask"],
-                segment_name=names["segment_ids"],
-            )
-            .add_feature_output(name=request["output_name"], description=request["output_description"])
         )
 
     return _populate(request, writer)
@@ -128,22 +107,29 @@ def write_task_library(request):
     return {"metadata": json.loads(metadata)}
 
 
-def write_question_answerer(request):
-    """No writer for question answering exists: the generic one, as BertQuestionAnswerer reads it."""
+def write_bert_features(request):
+    """No MediaPipe writer exists for text embedding or question answering: the
+    generic one, a BERT text input and feature outputs, as `TextEmbedder` and
+    `BertQuestionAnswerer` read it."""
     from mediapipe.tasks.python.metadata.metadata_writers import metadata_writer
 
-    names = request["tensor_names"]
-    with open(request["model"], "rb") as f, tempfile.TemporaryDirectory() as tmp:
-        tokenizer = metadata_writer.BertTokenizer(_copy(request["vocab"], os.path.join(tmp, VOCAB_NAME)))
-        writer = metadata_writer.MetadataWriter.create(bytearray(f.read()))
-        writer.add_general_info(request["name"], request["description"])
-        writer.add_bert_text_input(tokenizer, names["ids"], names["mask"], names["segment_ids"])
+    def writer(model, vocab, names):
+        writer = (
+            metadata_writer.MetadataWriter.create(model)
+            .add_general_info(request["name"], request["description"])
+            .add_bert_text_input(
+                metadata_writer.BertTokenizer(vocab),
+                ids_name=names["ids"],
+                mask_name=names["mask"],
+                segment_name=names["segment_ids"],
+            )
+        )
         # Output metadata pairs with the model's outputs by position.
         for name in request["outputs"]:
             writer.add_feature_output(name=name)
-        content, metadata = writer.populate()
-    _write_atomically(request["out"], content)
-    return {"metadata": json.loads(metadata)}
+        return writer
+
+    return _populate(request, writer)
 
 
 def answer_task_library(request):
@@ -252,9 +238,8 @@ COMMANDS = {
     "read_metadata": read_metadata,
     "classify_mediapipe": classify_mediapipe,
     "classify_task_library": classify_task_library,
-    "write_question_answerer": write_question_answerer,
+    "write_bert_features": write_bert_features,
     "answer_task_library": answer_task_library,
-    "write_mediapipe_embedder": write_mediapipe_embedder,
     "embed_mediapipe": embed_mediapipe,
 }
 
