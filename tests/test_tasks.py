@@ -39,6 +39,7 @@ SETTINGS = {
         "version_2_with_negative": True, "null_score_diff_threshold": -1.5, "doc_stride": 4,
         "max_query_length": 4, "max_answer_length": 8, "n_best_size": 5,
     },
+    "sentence-embedding": {"pooling": "mean", "normalize": True},
 }
 
 

@@ -140,26 +140,11 @@ def write_question_answerer(model, task, vocabulary, path, cache_dir=None):
         source = os.path.join(tmp, "source")
         tflite.write_token_source(task, model, SEQUENCE_LENGTH, source)
         content = tflite.convert_tokens(source, "none")
-        plain = os.path.join(tmp, "plain.tflite")
-        vocab = os.path.join(tmp, mediapipe.VOCAB_NAME)
-        with open(plain, "wb") as f:
-            f.write(content)
-        with open(vocab, "w", encoding="utf-8") as f:
-            f.write("".join(token + "\n" for token in vocabulary))
-        mediapipe_env.run_worker(
-            mediapipe_env.MEDIAPIPE,
-            "write_question_answerer",
-            {
-                "model": plain,
-                "vocab": vocab,
-                "tensor_names": mediapipe._metadata_tensor_names(content),
-                "outputs": _output_order(content),
-                "name": "kbert question answering",
-                "description": "Extractive question answering (SQuAD): start and end logits per position.",
-                "out": os.path.abspath(path),
-            },
-            cache_dir,
-        )
+    mediapipe.write_bert_features(
+        content, vocabulary, _output_order(content), path, cache_dir,
+        name="kbert question answering",
+        description="Extractive question answering (SQuAD): start and end logits per position.",
+    )
     contract = mediapipe.read_contract(path, cache_dir)
     problems = contract_problems(contract, vocabulary)
     if problems:

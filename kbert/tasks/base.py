@@ -113,6 +113,11 @@ class Task:
     # Whether the export has a string-in TFLite variant (`tflite_text_features`):
     # one row per example, packed with builtin ops.
     tflite_text_variant = True
+    # False for a task that needs no training (sentence embeddings): `kbert
+    # finetune` refuses it, and the other commands build it on a pretrained
+    # checkpoint with `--task` (`pretrained_settings`,
+    # `kbert.modelfolder.ModelFolder.from_pretrained`).
+    trainable = True
 
     def __init__(self, tokenizer, sequence_length, **settings):
         from kbert.text import BertPreprocessor
@@ -163,6 +168,21 @@ class Task:
         default: nothing.
         """
         return {}
+    @classmethod
+    def pretrained_settings(cls, checkpoint, options):
+        """The settings of this task on a pretrained encoder, for a task that needs no training.
+
+        Args:
+            checkpoint: str or None. The checkpoint's folder, for what it says
+                of the task (None: a kbert model folder's encoder).
+            options: dict. Option name -> value given, or None.
+        """
+        raise ValueError(f"task {cls.name!r} needs training; it has no pretrained settings")
+
+    @classmethod
+    def pretrained_sequence_length(cls, checkpoint):
+        """The packed length a pretrained `checkpoint` folder asks for, or None."""
+        return None
 
     def check(self, examples, source):
         """Raises `ValueError` naming `source` if `examples` do not suit this model."""
@@ -268,14 +288,7 @@ class Task:
         )
         if not isinstance(result, dict):
             result = dict(zip(self.outputs, result if isinstance(result, (list, tuple)) else [result]))
-        result = {name: np.asarray(result[name]) for name in self.outputs}
-        bad = [name for name, value in result.items() if not np.all(np.isfinite(value))]
-        if bad:
-            raise ValueError(
-                f"the model gives non-finite {bad[0]} (NaN or infinity): its weights are "
-                "broken (diverged training?)"
-            )
-        return result
+        return check_finite({name: np.asarray(result[name]) for name in self.outputs})
 
     def decode(self, examples, encoded, outputs):
         """One prediction per example from the outputs of `encoded`'s rows."""
@@ -288,6 +301,16 @@ class Task:
     def predict_json(self, examples, predictions):
         """What `kbert predict` prints, one JSON-able dict per example."""
         raise NotImplementedError
+
+    def embeddings(self, predictions):
+        """float32 `(n, dimension)`: one vector per single-text example's prediction.
+
+        For `kbert embed` and `kbert search`; tasks that give no text vectors raise.
+        """
+        raise ValueError(
+            f"task {self.name!r} gives no text embeddings; use a task that does "
+            "(--task sentence-embedding)"
+        )
 
     @classmethod
     def summary(cls, metrics):
@@ -327,15 +350,17 @@ class Task:
         Args:
             call: callable(dict name -> list of str) -> dict of outputs.
             examples: the task's examples.
-            batch_size: int. Examples per call.
+            batch_size: int. Strings (of each input) per call.
 
         Returns:
-            dict keyed by `outputs`. Tasks whose rows are not their examples
-            (windows) override this.
+            dict keyed by `outputs`, one row per string of `serving_strings`.
+            Tasks whose rows are not their examples either override this or
+            give one string per row in `serving_strings`.
         """
         strings = self.serving_strings(examples)
+        rows = len(next(iter(strings.values())))
         chunks = []
-        for start in range(0, len(examples), batch_size):
+        for start in range(0, rows, batch_size):
             result = call({name: values[start : start + batch_size] for name, values in strings.items()})
             chunks.append({name: np.asarray(result[name]) for name in self.outputs})
         return {name: np.concatenate([chunk[name] for chunk in chunks]) for name in self.outputs}
@@ -424,6 +449,17 @@ def epoch_batches(epoch, lengths, batch_size, sequence_length, target_padding, e
         ds = ds.concatenate(bucketed(index))
     ds = ds.apply(tf.data.experimental.assert_cardinality(batches * (epochs - first_epoch)))
     return ds.prefetch(tf.data.AUTOTUNE), batches
+
+
+def check_finite(outputs):
+    """`outputs` (a dict of arrays), or `ValueError` if one holds NaN or infinity."""
+    bad = [name for name, value in outputs.items() if not np.all(np.isfinite(value))]
+    if bad:
+        raise ValueError(
+            f"the model gives non-finite {bad[0]} (NaN or infinity): its weights are "
+            "broken (diverged training?)"
+        )
+    return outputs
 
 
 class TextTask(Task):

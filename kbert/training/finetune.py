@@ -169,6 +169,11 @@ def finetune(
         raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
     check_output_folder(out, "model", is_model_folder, overwrite)
     task_class = get_task(task)
+    if not task_class.trainable:
+        raise ValueError(
+            f"task {task!r} needs no training: give kbert evaluate, search or export "
+            f"--task {task} --model CHECKPOINT"
+        )
     options = task_class.resolve_options(options)
     train_examples = task_class.read(train, options)
     dev_examples = task_class.read(dev, options)
