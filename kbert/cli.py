@@ -9,12 +9,15 @@ import json
 import os
 import sys
 
-from kbert.cliargs import add_task_options, fraction, learning_rate, positive_fraction, positive_int
+from kbert.cliargs import (
+    add_model_arguments,
+    add_task_options,
+    fraction,
+    learning_rate,
+    positive_fraction,
+    positive_int,
+)
 from kbert.fileio import write_file
-
-# sentence-transformers' all-MiniLM-L6-v2 truncates at 256 word pieces.
-DEFAULT_EMBED_LENGTH = 256
-
 
 class CliError(Exception):
     """An error to report in one line, without a traceback."""
@@ -97,13 +100,16 @@ def cmd_finetune(args):
 
 
 def _load_model_folder(args):
-    """The model folder of `--model` and its data options (stored, then given)."""
-    from kbert.modelfolder import ModelFolder
+    """The model of `--model` (and `--task`) and its data options (stored, then given)."""
+    from kbert.modelfolder import open_model
+    from kbert.tasks import TASKS
 
-    folder = ModelFolder.load(args.model)
+    given = _task_options(args, {o.name for task in TASKS.values() for o in task.options})
+    folder = open_model(args.model, args.task, given, args.seq_len)
     stored = folder.settings.get("options") or {}
-    given = _task_options(args, [o.name for o in folder.task.options])
-    options = {**stored, **{k: v for k, v in given.items() if v is not None}}
+    own = {o.name for o in folder.task.options}
+    options = {**stored, **{k: v for k, v in given.items() if v is not None and k in own}}
+    folder.task.use_options(options)
     return folder, options
 
 
@@ -140,30 +146,44 @@ def _print_json(value):
 def cmd_embed(args):
     import numpy as np
 
-    import tensorflow as tf
-
-    from kbert.models import bert_embedder
-    from kbert.modelfolder import ModelFolder, is_model_folder
-    from kbert.text import BertPreprocessor, WordPieceTokenizer
-
     if not args.output.endswith(".npy"):
         raise CliError(f"--output {args.output}: expected a .npy file name")
     _check_output_file(args.output, args.overwrite)
     texts = _read_texts(args.input)
-    if is_model_folder(args.model):
-        folder = ModelFolder.load(args.model)
-        config, encoder = folder.config, folder.encoder
-        vocabulary, lowercase = folder.vocabulary, folder.lowercase
-    else:
-        from kbert.checkpoints import load_hf_checkpoint
-
-        config, vocabulary, lowercase, encoder = load_hf_checkpoint(args.model)
-    length = min(args.seq_len, config.max_position_embeddings)
-    preprocessor = BertPreprocessor(WordPieceTokenizer(vocabulary, lowercase=lowercase), length)
-    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(texts)).batch(args.batch_size)
-    embeddings = bert_embedder(encoder).predict(dataset.map(preprocessor), verbose=0)
-    write_file(args.output, lambda f: np.save(f, embeddings.astype("float32")))
+    folder, _ = _load_model_folder(args)
+    embeddings = folder.embed(texts, batch_size=args.batch_size)
+    write_file(args.output, lambda f: np.save(f, embeddings))
     print(json.dumps({"output": args.output, "shape": list(embeddings.shape)}))
+
+
+def cmd_search(args):
+    from kbert import search
+
+    queries = list(args.queries) + (_read_texts(args.queries_file) if args.queries_file else [])
+    if args.corpus:
+        if not args.model:
+            raise CliError("--corpus needs --model: the model that embeds it")
+        _check_output_file(args.index, args.overwrite)
+        folder, _ = _load_model_folder(args)
+        texts, lines = search.read_corpus(args.corpus, args.text_column)
+        _print_json(search.build_index(folder, texts, lines, args.index, args.corpus, args.batch_size))
+        if not queries:
+            return
+        index = search.load_index(args.index)
+    else:
+        if not queries:
+            raise CliError("give QUERY arguments or --queries FILE, or --corpus to build the index")
+        index = search.load_index(args.index)
+        folder = search.index_model(index, args.index, args.model)
+    rows, scores = search.search(index, folder.embed(queries, batch_size=args.batch_size), args.top_k)
+    for query, found, score in zip(queries, rows, scores):
+        _print_json({
+            "query": query,
+            "results": [
+                {"score": float(s), "line": int(index.lines[i]), "text": index.text(i)}
+                for i, s in zip(found, score)
+            ],
+        })
 
 
 def cmd_tokenize(args):
@@ -304,17 +324,18 @@ def cmd_pretrain(args):
 
 
 def build_parser():
-    from kbert.tasks import DEFAULT_TASK, TASKS
+    from kbert.tasks import DEFAULT_TASK, EMBEDDING_TASK, TASKS
 
     parser = argparse.ArgumentParser(
         prog="kbert", description="BERT for Keras 3: pretrain, fine-tune, evaluate, predict, embed."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    trainable = [task for task in TASKS.values() if task.trainable]
     p = sub.add_parser("finetune", help="fine-tune a task (classification by default)")
     p.add_argument(
-        "--task", default=DEFAULT_TASK, choices=list(TASKS),
-        help="the task; default %(default)s. " + "; ".join(f"{t.name}: {t.description}" for t in TASKS.values()),
+        "--task", default=DEFAULT_TASK, choices=[task.name for task in trainable],
+        help="the task; default %(default)s. " + "; ".join(f"{t.name}: {t.description}" for t in trainable),
     )
     p.add_argument("--train", required=True, help="training data, in the task's format")
     p.add_argument("--dev", required=True, help="dev data, evaluated after training")
@@ -360,14 +381,14 @@ def build_parser():
     p.set_defaults(run=cmd_finetune)
 
     p = sub.add_parser("evaluate", help="the task's metrics of a model on a labelled file, as JSON")
-    p.add_argument("--model", required=True, help="fine-tuned model folder")
+    add_model_arguments(p)
     p.add_argument("--data", required=True, help="labelled data in the task's format")
     p.add_argument("--batch-size", type=positive_int, default=64)
     add_task_options(p, stored=True)
     p.set_defaults(run=cmd_evaluate)
 
     p = sub.add_parser("predict", help="the task's predictions as JSON lines")
-    p.add_argument("--model", required=True, help="fine-tuned model folder")
+    add_model_arguments(p)
     p.add_argument("texts", nargs="*", metavar="TEXT")
     p.add_argument(
         "--input",
@@ -378,17 +399,37 @@ def build_parser():
     add_task_options(p, stored=True)
     p.set_defaults(run=cmd_predict)
 
-    p = sub.add_parser("embed", help="L2-normalised sentence embeddings to a .npy file")
-    p.add_argument(
-        "--model", required=True,
-        help="fine-tuned model folder, Hugging Face folder, or 'all-minilm-l6-v2'",
-    )
+    p = sub.add_parser("embed", help="sentence embeddings (float32, one row per text) to a .npy file")
+    add_model_arguments(p, task=EMBEDDING_TASK)
     p.add_argument("--input", required=True, help="a .txt file (one text per line) or a .json list")
     p.add_argument("--output", required=True, help="the .npy file to write")
     p.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
-    p.add_argument("--seq-len", type=positive_int, default=DEFAULT_EMBED_LENGTH)
     p.add_argument("--batch-size", type=positive_int, default=64)
+    add_task_options(p)
     p.set_defaults(run=cmd_embed)
+
+    p = sub.add_parser(
+        "search",
+        help="exact semantic search: embed a corpus once into an index file, then query it",
+        description="With --corpus, embeds every text of the corpus with --model and writes "
+        "--index; with QUERY arguments or --queries, prints the --top-k closest texts of the "
+        "index to each query by cosine similarity, one JSON line per query. The query "
+        "model is the one the index was built with (checked on its first text).",
+    )
+    add_model_arguments(p, task=EMBEDDING_TASK, required=False)
+    p.add_argument("--index", required=True, help="the index file to write (with --corpus) or read")
+    p.add_argument(
+        "--corpus",
+        help="texts to index: a text file, one text a line (.gz read too), or a .csv/.tsv "
+        "file (the texts in --text-column)",
+    )
+    p.add_argument("queries", nargs="*", metavar="QUERY")
+    p.add_argument("--queries", dest="queries_file", help="a .txt file of queries, one a line")
+    p.add_argument("-k", "--top-k", type=positive_int, default=10, help="texts per query")
+    p.add_argument("--overwrite", action="store_true", help="with --corpus: replace --index if it exists")
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    add_task_options(p)
+    p.set_defaults(run=cmd_search)
 
     p = sub.add_parser("tokenize", help="WordPiece ids with [CLS]/[SEP], one JSON list per text")
     p.add_argument("--vocab", required=True, help="vocab.txt")

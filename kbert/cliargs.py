@@ -78,8 +78,26 @@ def add_task_options(parser, stored=False):
                 continue
             seen.add(option.name)
             users = [t.name for t in TASKS.values() if option.name in {o.name for o in t.options}]
+            default = "" if option.default is None else f"default {option.default!r}; "
             group.add_argument(
                 "--" + option.name.replace("_", "-"), dest=option.name, default=None,
-                help=f"{option.help} (default {option.default!r}; {', '.join(users)})",
+                help=f"{option.help} ({default}{', '.join(users)})",
             )
 
+
+def add_model_arguments(parser, task=None, required=True):
+    """`--model`, `--task` and `--seq-len`: a model folder, or a task built on a checkpoint."""
+    parser.add_argument(
+        "--model", required=required,
+        help="a model folder (kbert finetune --out); with --task naming a task that needs no "
+        "training: a Hugging Face or google-research/bert checkpoint folder, a packaged name "
+        "('all-minilm-l6-v2') or a model folder, whose encoder is used",
+    )
+    parser.add_argument(
+        "--task", default=task,
+        help="the task to run on --model" + (f" (default {task})" if task else " (default: the model folder's)"),
+    )
+    parser.add_argument(
+        "--seq-len", type=positive_int, default=None,
+        help="packed length (default: the model folder's, or the checkpoint's own)",
+    )

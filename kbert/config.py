@@ -9,6 +9,9 @@ ENCODER_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 # google-research/bert and Hugging Face use; "gelu_approximate" is the tanh form
 # that keras-hub hard-codes (it differs by up to ~1e-3 per activation).
 ACTIVATIONS = ("gelu", "gelu_approximate", "relu")
+# The poolings of token vectors into a text's vector (`kbert.models.bert_embedder`):
+# sentence-transformers' mean, CLS and max modes.
+POOLINGS = ("mean", "cls", "max")
 
 
 @dataclasses.dataclass(frozen=True)

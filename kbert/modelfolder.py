@@ -10,6 +10,11 @@
 Folders written before tasks existed have no `task` in `kbert.json` and keep
 their label names in `labels.json`; they load as `text-classification`.
 
+A task that needs no training (`Task.trainable` False) has no folder of its
+own: `ModelFolder.from_pretrained` builds it in memory on a pretrained
+checkpoint, or on the encoder of a model folder of another task, and
+`open_model` picks the one of the two ways that `--model` and `--task` name.
+
 Example:
 >>> folder = ModelFolder.load("runs/debian-minilm")  # doctest: +SKIP
 >>> folder.predict(folder.task.examples_from_texts(["A text editor."]))  # doctest: +SKIP
@@ -20,7 +25,7 @@ import os
 
 from kbert.config import ENCODER_INPUTS, BertConfig
 from kbert.fileio import staged_folder
-from kbert.tasks import DEFAULT_TASK, get_task
+from kbert.tasks import DEFAULT_TASK, TASKS, get_task
 
 MODEL_FILE = "model.keras"
 VOCAB_FILE = "vocab.txt"
@@ -31,6 +36,10 @@ LEGACY_LABELS_FILE = "labels.json"
 FORMAT = "kbert-model"
 # Rows per `predict_on_batch` call at inference.
 BATCH_SIZE = 64
+# The longest input of a pretrained checkpoint that does not say its own
+# (`Task.pretrained_sequence_length`): BERT tokenizers' `model_max_length`,
+# what sentence-transformers then uses.
+PRETRAINED_SEQUENCE_LENGTH = 512
 
 
 def is_model_folder(path):
@@ -134,6 +143,64 @@ class ModelFolder:
         loaded.task.check_model(model, source)
         return loaded
 
+    @classmethod
+    def from_pretrained(cls, model, task, options=None, sequence_length=None):
+        """A task that needs no training, on a pretrained encoder (nothing is written).
+
+        Args:
+            model: str. A checkpoint `kbert.checkpoints.load_pretrained` reads
+                (a Hugging Face or google-research/bert folder, a packaged name
+                such as "all-minilm-l6-v2"), or a kbert model folder, whose
+                encoder is used as trained.
+            task: str. A task whose `trainable` is False.
+            options: dict. Option name -> value given (or None), for
+                `Task.pretrained_settings`.
+            sequence_length: int or None. Packed length; default the model
+                folder's, or what the checkpoint asks for
+                (`Task.pretrained_sequence_length`), else up to
+                `PRETRAINED_SEQUENCE_LENGTH`.
+
+        Returns:
+            ModelFolder whose `path` is `model`.
+
+        Example:
+        >>> from kbert.tasks import EMBEDDING_TASK
+        >>> folder = ModelFolder.from_pretrained("all-minilm-l6-v2", EMBEDDING_TASK)  # doctest: +SKIP
+        """
+        task_class = get_task(task)
+        if task_class.trainable:
+            raise ValueError(
+                f"task {task!r} needs training: fine-tune it with kbert finetune and pass "
+                "the model folder as --model"
+            )
+        if is_model_folder(model):
+            trained = cls.load(model)
+            config, encoder = trained.config, trained.encoder
+            vocabulary, lowercase = trained.vocabulary, trained.lowercase
+            checkpoint, default_length = None, trained.sequence_length
+        else:
+            from kbert.checkpoints import load_pretrained
+
+            pretrained = load_pretrained(model)
+            config, encoder = pretrained.config, pretrained.encoder
+            vocabulary, lowercase = pretrained.vocabulary, pretrained.lowercase
+            checkpoint = pretrained.folder
+            default_length = task_class.pretrained_sequence_length(checkpoint) or min(
+                PRETRAINED_SEQUENCE_LENGTH, config.max_position_embeddings
+            )
+        sequence_length = sequence_length or default_length
+        config.check_sequence_length(sequence_length)
+        settings = {
+            "task": task_class.name,
+            "task_settings": task_class.pretrained_settings(checkpoint, options),
+            "bert_config": config.to_dict(),
+            "sequence_length": sequence_length,
+            "lowercase": lowercase,
+        }
+        folder = cls(model, None, vocabulary, settings)
+        folder.model = folder.task.build_model(encoder)
+        return folder
+
     def set_sequence_length(self, sequence_length):
         """Packs inputs to `sequence_length` from now on (e.g. to time another length)."""
         self.config.check_sequence_length(sequence_length)
@@ -193,6 +260,46 @@ class ModelFolder:
         """The task's figures on labelled `examples`."""
         self.task.check(examples, source)
         return self.task.evaluate(examples, self.predict(examples, batch_size))
+
+    def embed(self, texts, batch_size=BATCH_SIZE):
+        """float32 `(len(texts), dimension)`: the task's vector of each text (`Task.embeddings`)."""
+        examples = self.task.examples_from_texts(list(texts))
+        return self.task.embeddings(self.predict(examples, batch_size))
+
+
+def open_model(model, task=None, options=None, sequence_length=None):
+    """The model that `--model` and `--task` name.
+
+    Args:
+        model: str. A kbert model folder, or a pretrained checkpoint.
+        task: str or None. None, or the folder's own task: the model folder as
+            trained. Another task, which must need no training: that task on
+            `model`'s encoder (`ModelFolder.from_pretrained`).
+        options: dict. Option name -> value given (or None).
+        sequence_length: int or None. Packed length; default: the model's own.
+
+    Raises:
+        ValueError: one line naming `model` and what is wrong.
+    """
+    if task is not None and not (is_model_folder(model) and _stored_task(model) == task):
+        return ModelFolder.from_pretrained(model, task, options, sequence_length)
+    try:
+        folder = ModelFolder.load(model)
+    except ValueError as error:
+        if task is not None or is_model_folder(model):
+            raise
+        untrained = [name for name, task_class in TASKS.items() if not task_class.trainable]
+        raise ValueError(
+            f"{str(error).splitlines()[0]}; a pretrained checkpoint needs --task, one that needs "
+            f"no training ({', '.join(untrained)})"
+        ) from None
+    if sequence_length is not None and sequence_length != folder.sequence_length:
+        folder.set_sequence_length(sequence_length)
+    return folder
+
+
+def _stored_task(folder):
+    return _read_settings(folder, os.path.join(folder, SETTINGS_FILE))["task"]
 
 
 def _read_settings(folder, path):

@@ -36,6 +36,11 @@ SETTINGS = {
     "text-pair-classification": {"labels": ["0", "1"]},
     "text-pair-regression": {},
     "token-classification": {"tags": ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"], "scheme": "IOB2"},
+    "question-answering": {
+        "version_2_with_negative": True, "null_score_diff_threshold": -1.5, "doc_stride": 4,
+        "max_query_length": 4, "max_answer_length": 8, "n_best_size": 5,
+    },
+    "sentence-embedding": {"pooling": "mean", "normalize": True},
 }
 
 
@@ -47,7 +52,7 @@ def test_every_task_is_covered_and_described():
     for name, task in TASKS.items():
         assert task.name == name and task.description and task.metric
         assert set(task.budgets) >= {"fp16", "dynamic"}, name
-        assert all(option.default is not None for option in task.options), name
+        assert all(option.name and option.help for option in task.options), name
 
 
 @pytest.mark.parametrize("name", sorted(SETTINGS))

@@ -18,7 +18,7 @@ EXIT_OVER_BUDGET = 1
 
 def add_export_parser(subparsers):
     """Adds the `export` subcommand to an `argparse` subparsers object."""
-    from kbert.cliargs import add_task_options, positive_int
+    from kbert.cliargs import add_model_arguments, add_task_options, positive_int
     from kbert.export.options import (
         DEFAULT_CALIBRATION_EXAMPLES,
         DEFAULT_LATENCY_RUNS,
@@ -30,17 +30,17 @@ def add_export_parser(subparsers):
 
     p = subparsers.add_parser(
         "export",
-        help="export a fine-tuned model to TF Serving, TFLite, ONNX and MediaPipe, each verified",
+        help="export a model to TF Serving, TFLite, ONNX and MediaPipe, each verified",
         description=(
-            "Writes a SavedModel for TF Serving, TFLite and ONNX models (and for classifiers a "
-            "MediaPipe TextClassifier file), runs each on --data next to the Keras model with "
+            "Writes a SavedModel for TF Serving, TFLite and ONNX models (and a MediaPipe "
+            "TextClassifier or TextEmbedder file for classifiers and sentence embeddings), runs each on --data next to the Keras model with "
             "the runtime that serves it, and writes OUT/report.json and OUT/report.md. Formats "
             "and their quantizations: "
             + "; ".join(f"{f}: {', '.join(SUPPORTED[f])}" for f in FORMATS)
             + ". Exit status 1 when an artefact exceeds its budget."
         ),
     )
-    p.add_argument("--model", required=True, help="fine-tuned model folder (kbert finetune --out)")
+    add_model_arguments(p)
     p.add_argument(
         "--out", required=True,
         help="export folder, e.g. saved_models/NAME; NAME is the TF Serving model name",
@@ -110,6 +110,8 @@ def run_export(args):
             options={name: getattr(args, name) for name in option_names},
             overwrite=args.overwrite,
             cache_dir=args.cache_dir,
+            task=args.task,
+            sequence_length=args.seq_len,
         )
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -38,7 +38,7 @@ from kbert.export.options import (
     task_formats,
 )
 from kbert.fileio import check_output_folder, staged_folder
-from kbert.modelfolder import ModelFolder
+from kbert.modelfolder import open_model
 from kbert.text import save_vocab
 
 # Examples in the REST example.
@@ -63,11 +63,15 @@ def export_model(
     overwrite=False,
     cache_dir=None,
     log=print,
+    task=None,
+    sequence_length=None,
 ):
     """Exports `model_dir` to `out` in every requested format and verifies each artefact.
 
     Args:
-        model_dir: str. A folder written by `kbert finetune`.
+        model_dir: str. A folder written by `kbert finetune`; with `task`
+            naming a task that needs no training, also a pretrained checkpoint
+            (`kbert.modelfolder.open_model`).
         out: str. The export folder, e.g. "saved_models/debian"; its base name
             is the TF Serving model name. A new or empty folder, or (with
             `overwrite`) an earlier export; anything else is refused.
@@ -86,6 +90,8 @@ def export_model(
         overwrite: bool. Replace `out` if it is an earlier export.
         cache_dir: str. Where MediaPipe's private environments live.
         log: callable taking one str, for progress lines.
+        task: str or None. The task to export (default: the model folder's).
+        sequence_length: int or None. Packed length (default: the model's own).
 
     Returns:
         dict. The report, also written to `out/report.json` and `out/report.md`;
@@ -106,7 +112,7 @@ def export_model(
         raise ValueError(f"out={out!r}; expected a folder path whose base name names the model")
     check_output_folder(out, "export", is_export_folder, overwrite)
 
-    folder = _load_model_folder(model_dir)
+    folder = _load_model_folder(model_dir, task, options, sequence_length)
     task = folder.task
     available = task_formats(task)
     formats = parse_names(formats or available, FORMATS, "format")
@@ -122,6 +128,7 @@ def export_model(
             + "; ".join(f"{f} supports {', '.join(SUPPORTED[f])}" for f in formats)
         )
     options = {**(folder.settings.get("options") or {}), **{k: v for k, v in (options or {}).items() if v is not None}}
+    task.use_options(options)
     examples = task.read(data, options)[:max_examples]
     task.check(examples, data)
     calibration_set = None
@@ -150,10 +157,10 @@ def export_model(
     return report
 
 
-def _load_model_folder(model_dir):
-    """`ModelFolder.load`, with every failure as a one-line `ValueError`."""
+def _load_model_folder(model_dir, task, options, sequence_length):
+    """`open_model`, with every failure as a one-line `ValueError`."""
     try:
-        return ModelFolder.load(model_dir)
+        return open_model(model_dir, task, options, sequence_length)
     except ValueError as error:
         raise ValueError(str(error).strip().splitlines()[0]) from None
 
@@ -186,11 +193,18 @@ def _export(folder, staging, scratch, name, plan, examples, calibration_set, thr
         metrics = task.evaluate(examples, predictions)
         return {k: v for k, v in task.summary(metrics).items() if k != "n"}
 
+    def judged(outputs=None, predictions=None):
+        """The task's figures and how the predictions agree with the Keras model's."""
+        if predictions is None:
+            predictions = task.decode(examples, encoded, outputs)
+        return {**figures(predictions=predictions), **task.prediction_agreement(predictions, reference_predictions)}
+
     # Artefacts compute in float32; a model trained under mixed precision is
     # held to its float32 twin (same weights), and its own figures reported.
     model = folder.float32_model()
     reference = task.run(model, features, BATCH_SIZE)
-    keras_figures = figures(reference)
+    reference_predictions = task.decode(examples, encoded, reference)
+    keras_figures = figures(predictions=reference_predictions)
     keras_figures["compute_dtype"] = "float32"
     keras_figures["latency"] = verify.measure_latency(lambda: model.predict_on_batch(one), latency_runs)
     if model is not folder.model:
@@ -222,7 +236,7 @@ def _export(folder, staging, scratch, name, plan, examples, calibration_set, thr
             "quantization": quantization,
             "input": input_kind,
             **task.agreement(outputs, reference),
-            **figures(outputs),
+            **judged(outputs),
             "latency": latency,
             **extra,
         })
@@ -311,12 +325,22 @@ def _export(folder, staging, scratch, name, plan, examples, calibration_set, thr
             path = os.path.join(tflite_dir, "model_text.tflite")
             tflite.write_bytes(path, model_bytes)
             runner = tflite.TfliteRunner(path, threads, text=True)
-            first = task.serving_strings(examples[:1])
+            first = {k: v[:1] for k, v in task.serving_strings(examples[:1]).items()}
             latency = verify.measure_latency(lambda: runner.run_text(first), latency_runs)
             latency["threads"] = threads
+            outputs = task.serving_text_outputs(runner.run_text, examples, 1)
+            # Held to Keras where its tokenizer gives kbert's word pieces (when
+            # the strings are the outputs' rows); the others are counted.
+            differ = tflite.text_token_differences(folder, task.serving_strings(examples))
+            agree = ~differ
+            if len(differ) != len(reference[task.outputs[0]]):
+                agree = np.ones(len(reference[task.outputs[0]]), bool)
             artefact(
-                path, "tflite", "none", "text",
-                task.serving_text_outputs(runner.run_text, examples, 1), latency,
+                path, "tflite", "none", "text", outputs, latency,
+                **task.agreement(
+                    {k: v[agree] for k, v in outputs.items()}, {k: v[agree] for k, v in reference.items()}
+                ),
+                texts_whose_token_ids_differ=int(differ.sum()),
                 ops=ops, tokenizer="tf-text FastBertTokenizer",
             )
 
@@ -327,11 +351,11 @@ def _export(folder, staging, scratch, name, plan, examples, calibration_set, thr
         for entry in mediapipe.export_for_task(
             folder, os.path.join(staging, mediapipe.FOLDER), examples, reference, cache_dir
         ):
-            entry.update(figures(predictions=entry.pop("predictions")))
+            entry.update(judged(predictions=entry.pop("predictions")))
             entry["path"] = os.path.relpath(entry["path"], staging)
             add(entry)
 
-    summary_names = [k for k in figures(reference)]
+    summary_names = [k for k in figures(predictions=reference_predictions)]
     return {
         "name": name,
         "task": task.name,
@@ -354,7 +378,14 @@ def _export(folder, staging, scratch, name, plan, examples, calibration_set, thr
 
 def _shorten(instance):
     """Each string of a REST instance cut after its first sentence: short enough for a README."""
-    return {name: text.split(". ")[0].rstrip(".") + "." for name, text in instance.items()}
+    return {name: _first_sentence(text) for name, text in instance.items()}
+
+
+def _first_sentence(text):
+    first = text.split(". ")[0]
+    if first == text and text.endswith(("?", "!")):  # a question stays one
+        return text
+    return first.rstrip(".") + "."
 
 
 def _write_rest_example(staging, name, request, response):

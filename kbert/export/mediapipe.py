@@ -1,7 +1,8 @@
-"""A classifier `.tflite` that MediaPipe's `TextClassifier` runs on raw text.
+"""`.tflite` files that MediaPipe's `TextClassifier` and `TextEmbedder` run on raw text.
 
-`kbert export` writes it for tasks whose `Task.mediapipe` is
-"text_classifier", into `OUT/mediapipe/`, and verifies it with MediaPipe itself.
+`kbert export` writes them into `OUT/mediapipe/` for tasks whose
+`Task.mediapipe` is one of `EXPORTERS` ("text_classifier", "text_embedder"),
+and verifies them with MediaPipe itself. The classifier's contract:
 MediaPipe (and the TFLite Task Library's `BertNLClassifier`) tokenize the text
 themselves and feed a BERT model whose file carries the vocabulary and labels in
 its metadata. What the runtime relies on, and what `check_contract` tests:
@@ -15,6 +16,13 @@ its metadata. What the runtime relies on, and what `check_contract` tests:
 | labels packed in output order | category `i` is named by line `i` |
 | `[PAD]` is id 0 in the packed vocabulary | the runtime pads with id 0 |
 | output metadata named `score` (MediaPipe) or `probability` (Task Library) | `BertNLClassifier` 0.4.4 looks the output up by the name `probability`, and crashes (SIGSEGV) on MediaPipe's `score`; MediaPipe runs either |
+
+A `TextEmbedder` file keeps the inputs' rows (and the vocabulary's) and has one
+float32 output `[1, hidden]`, the text's vector (pooling and normalisation in
+the model), named `embedding` in the metadata. MediaPipe ships no writer for
+it; its generic `MetadataWriter` (`add_bert_text_input`, `add_feature_output`)
+writes what `TextEmbedder` reads. `TextEmbedder` runs with `l2_normalize` off,
+so the vectors are the model's own.
 
 The metadata is written by MediaPipe's (or tflite-support's) own writer, in an
 environment of its own (`kbert.export.mediapipe_env`).
@@ -45,6 +53,9 @@ RUNTIMES = tuple(OUTPUT_METADATA_NAMES)
 # The export's subfolder, and file names in it and in the Android app's assets.
 FOLDER = "mediapipe"
 MEDIAPIPE_FILE = "text_classifier.tflite"
+EMBEDDER_FILE = "text_embedder.tflite"
+# The metadata name of a TextEmbedder file's output.
+EMBEDDING_OUTPUT_NAME = "embedding"
 TASK_LIBRARY_FILE = "bert_nl_classifier.tflite"
 LABELS_FILE = LABELS_NAME
 # The runtimes pad with id 0, so the vocabulary must hold [PAD] there.
@@ -124,42 +135,19 @@ def export_text_classifier(folder, out, examples, reference, cache_dir=None, tas
     )
     _write_text(os.path.join(out, LABELS_FILE), "".join(f"{label}\n" for label in task.labels))
     keras_probs = task.scores(reference)
-    kbert_ids = task.encode(examples, targets=False).features
-    mediapipe_ids = mediapipe_token_ids(folder.vocabulary, folder.sequence_length, texts, cache_dir)
-    ids_differ = np.zeros(len(texts), bool)
-    for name in ENCODER_INPUTS:
-        ids_differ |= np.any(kbert_ids[name] != mediapipe_ids[name], axis=1)
-    tokenization = {
-        "texts_whose_token_ids_differ": int(ids_differ.sum()),
-        "examples": _token_differences(texts, kbert_ids, mediapipe_ids, folder.vocabulary, ids_differ),
-    }
+    tokenization, ids_differ = compare_tokenizers(folder, examples, texts, cache_dir)
     entries = []
     for runtime, path in paths.items():
         probs, times = classify(path, texts, runtime, cache_dir)
-        contract = contracts[runtime]
         agree = ~ids_differ
         entries.append({
-            "path": path,
-            "format": "mediapipe",
-            "quantization": "none",
-            "input": "text",
-            "runtime": runtime,
+            **_runtime_entry(path, runtime, contracts[runtime], times, tokenization),
             "max_abs_diff": _max_abs(probs[agree] - keras_probs[agree]),
             "top1_agreement": float(np.mean(probs.argmax(-1) == keras_probs.argmax(-1))),
             "top1_disagreements_where_token_ids_agree": int(
                 np.sum((probs.argmax(-1) != keras_probs.argmax(-1)) & agree)
             ),
             "predictions": probs,
-            "latency": {"median_ms": round(float(np.median(times)) * 1e3, 3), "runs": len(times)},
-            "tokenization": tokenization,
-            "contract": {
-                "inputs": [
-                    {k: t[k] for k in ("signature_name", "metadata_name", "dtype", "shape")}
-                    for t in contract["inputs"]
-                ],
-                "output": {k: contract["outputs"][0][k] for k in ("metadata_name", "dtype", "shape")},
-                "associated_files": contract["associated_files"],
-            },
         })
     return entries
 
@@ -169,6 +157,74 @@ def export_token_classifier(folder, out, examples, reference, cache_dir=None):
     from kbert.export.token_classifier import export_token_classifier as export
 
     return export(folder, out, examples, reference, cache_dir)
+def export_question_answerer(folder, out, examples, reference, cache_dir=None):
+    """`kbert.export.question_answerer.export_bert_question_answerer` (imported when used)."""
+    from kbert.export.question_answerer import export_bert_question_answerer
+
+    return export_bert_question_answerer(folder, out, examples, reference, cache_dir)
+
+
+def _runtime_entry(path, runtime, contract, times, tokenization):
+    """What every on-device file's report entry holds: where, how it ran, its contract."""
+    return {
+        "path": path,
+        "format": "mediapipe",
+        "quantization": "none",
+        "input": "text",
+        "runtime": runtime,
+        "latency": {"median_ms": round(float(np.median(times)) * 1e3, 3), "runs": len(times)},
+        "tokenization": tokenization,
+        "contract": {
+            "inputs": [
+                {k: t[k] for k in ("signature_name", "metadata_name", "dtype", "shape")}
+                for t in contract["inputs"]
+            ],
+            "output": {k: contract["outputs"][0][k] for k in ("metadata_name", "dtype", "shape")},
+            "associated_files": contract["associated_files"],
+        },
+    }
+
+
+def export_text_embedder(folder, out, examples, reference, cache_dir=None):
+    """Writes a text-embedding model for MediaPipe's `TextEmbedder` into `out`, and runs it.
+
+    | file | for |
+    | --- | --- |
+    | `text_embedder.tflite` | MediaPipe `TextEmbedder` (MediaPipe's generic metadata writer) |
+
+    Args:
+        folder: `kbert.modelfolder.ModelFolder` of a task whose `mediapipe` is
+            "text_embedder": one text input, one output, the text's vector.
+        out: str. A new folder.
+        examples: the task's examples; `task.serving_strings` gives one text
+            per row of `task.encode`.
+        reference: dict. The float32 Keras model's outputs on `examples`.
+        cache_dir: str. Where MediaPipe's environment lives.
+
+    Returns:
+        list of one report entry: `path`, `format`, `runtime`, the task's
+        `agreement` on the texts where MediaPipe's token ids equal kbert's,
+        `min_cosine_all_texts`, `predictions` (the task's, from MediaPipe's
+        vectors), `latency`, the file's `contract` and the tokenizer comparison.
+    """
+    task = folder.task
+    (input_name,) = task.text_inputs
+    (output,) = task.outputs
+    texts = task.serving_strings(examples)[input_name]
+    os.makedirs(out)
+    path = os.path.join(out, EMBEDDER_FILE)
+    contract = write_text_embedder(folder.model, folder.vocabulary, folder.sequence_length, task, path, cache_dir)
+    tokenization, ids_differ = compare_tokenizers(folder, examples, texts, cache_dir)
+    vectors, times = embed(path, texts, cache_dir)
+    agree = ~ids_differ
+    expected = np.asarray(reference[output], "float32")
+    encoded = task.encode(examples, targets=False)
+    return [{
+        **_runtime_entry(path, "mediapipe", contract, times, tokenization),
+        **task.agreement({output: vectors[agree]}, {output: expected[agree]}),
+        "min_cosine_all_texts": task.agreement({output: vectors}, {output: expected}).get("min_cosine"),
+        "predictions": task.decode(examples, encoded, {output: vectors}),
+    }]
 
 
 # The on-device file writers, by the kind a task names in `Task.mediapipe`:
@@ -177,7 +233,90 @@ def export_token_classifier(folder, out, examples, reference, cache_dir=None):
 EXPORTERS = {
     "text_classifier": export_text_classifier,
     "token_classifier": export_token_classifier,
+    "bert_question_answerer": export_question_answerer,
+    "text_embedder": export_text_embedder,
 }
+
+
+def write_text_embedder(model, vocabulary, sequence_length, task, path, cache_dir=None):
+    """Writes `model` as a `.tflite` with MediaPipe's TextEmbedder metadata.
+
+    Args:
+        model: keras.Model. A text-embedding task's model (token ids -> vector).
+        vocabulary: list of str. The WordPiece vocabulary, `[PAD]` first.
+        sequence_length: int. The fixed input length `L`.
+        task: the `Task` whose model this is (one output: the vector).
+        path: str. The file to write (written aside, then renamed into place).
+        cache_dir: str. Where MediaPipe's environment lives.
+
+    Returns:
+        dict. The file's contract, as `read_contract` read it back.
+    """
+    _check_vocabulary(vocabulary)
+    _check_sequence_length(sequence_length)
+    task_encoder(model)
+    (output,) = task.outputs
+    content = _to_tflite(
+        lambda features: model_outputs(task, model, features, target="tflite")[output],
+        sequence_length,
+        tracked=model,
+    )
+    write_bert_features(
+        content, vocabulary, [EMBEDDING_OUTPUT_NAME], path, cache_dir,
+        name=f"kbert {task.name}", description=f"kbert {task.name} model: WordPiece text in, one vector out",
+    )
+    contract = read_contract(path, cache_dir)
+    width = int(model.output.shape[-1])
+    problems = input_problems(contract, vocabulary, sequence_length) + output_problems(
+        contract, width, EMBEDDING_OUTPUT_NAME
+    )
+    if problems:
+        raise ValueError(f"{path} breaks the TextEmbedder contract:\n- " + "\n- ".join(problems))
+    return contract
+
+
+def embed(path, texts, cache_dir=None):
+    """Vectors of `texts` from MediaPipe's `TextEmbedder` on `path`.
+
+    Returns:
+        (vectors, times): float32 `(len(texts), dimension)`, and MediaPipe's
+        wall time for each text, in seconds.
+    """
+    texts = list(texts)
+    if not texts:
+        raise ValueError("texts is empty; expected at least one text")
+    reply = mediapipe_env.run_worker(
+        mediapipe_env.MEDIAPIPE, "embed_mediapipe", {"model": os.path.abspath(path), "texts": texts}, cache_dir
+    )
+    return np.asarray(reply["embeddings"], "float32").reshape(len(texts), -1), reply["times"]
+
+
+def compare_tokenizers(folder, examples, texts, cache_dir=None):
+    """Where MediaPipe's BERT tokenizer gives the model other inputs than kbert's.
+
+    Args:
+        folder: `kbert.modelfolder.ModelFolder`.
+        examples: the task's examples; `texts` are their strings, one per row
+            of `task.encode`.
+        texts: list of str.
+        cache_dir: str.
+
+    Returns:
+        `(report, ids_differ)`: a dict with `texts_whose_token_ids_differ` and
+        the first differing tokens of up to 10 `examples`, and a bool array,
+        one per text.
+    """
+    kbert_ids = folder.task.encode(examples, targets=False).features
+    mediapipe_ids = mediapipe_token_ids(folder.vocabulary, folder.sequence_length, texts, cache_dir)
+    ids_differ = np.zeros(len(texts), bool)
+    for name in ENCODER_INPUTS:
+        ids_differ |= np.any(kbert_ids[name] != mediapipe_ids[name], axis=1)
+    report = {
+        "texts": len(texts),
+        "texts_whose_token_ids_differ": int(ids_differ.sum()),
+        "examples": _token_differences(texts, kbert_ids, mediapipe_ids, folder.vocabulary, ids_differ),
+    }
+    return report, ids_differ
 
 
 def write_text_classifier(model, vocabulary, labels, sequence_length, paths, task, cache_dir=None):
@@ -256,6 +395,19 @@ def contract_problems(contract, vocabulary, labels, sequence_length, runtime="me
     """What in `contract` (from `read_contract`) breaks the table; list of str."""
     if runtime not in RUNTIMES:
         raise ValueError(f"runtime={runtime!r}; expected one of {list(RUNTIMES)}")
+    problems = input_problems(contract, vocabulary, sequence_length)
+    problems += output_problems(contract, len(labels), OUTPUT_METADATA_NAMES[runtime], runtime)
+    if contract["labels"] != list(labels):
+        problems.append(f"packed labels {contract['labels']}; expected {list(labels)}")
+    return problems
+
+
+def input_problems(contract, vocabulary, sequence_length):
+    """What in `contract` breaks the rules of MediaPipe's BERT text input; list of str.
+
+    One subgraph; the three int32 `[1, L]` inputs named `ids`, `mask`,
+    `segment_ids` in the metadata; BERT's tokenizer with `vocabulary`, `[PAD]` first.
+    """
     problems = []
     if contract["subgraphs"] != 1:
         problems.append(f"{contract['subgraphs']} subgraphs; expected 1")
@@ -279,20 +431,6 @@ def contract_problems(contract, vocabulary, labels, sequence_length, runtime="me
                 problems.append(
                     f"input {name!r} has {key} {tensor[key]}; expected [1, {sequence_length}]"
                 )
-    outputs = contract["outputs"]
-    if len(outputs) != 1:
-        problems.append(f"{len(outputs)} outputs; expected 1")
-    for tensor in outputs:
-        if tensor["dtype"] != "float32":
-            problems.append(f"output is {tensor['dtype']}; expected float32")
-        for key in ("shape", "shape_signature"):
-            if tensor[key] != [1, len(labels)]:
-                problems.append(f"output has {key} {tensor[key]}; expected [1, {len(labels)}]")
-        if tensor["metadata_name"] != OUTPUT_METADATA_NAMES[runtime]:
-            problems.append(
-                f"output is named {tensor['metadata_name']!r} in the metadata; "
-                f"{runtime} expects {OUTPUT_METADATA_NAMES[runtime]!r}"
-            )
     if contract["tokenizer"] != "BertTokenizerOptions":
         problems.append(
             f"input process unit {contract['tokenizer']!r}; expected BertTokenizerOptions"
@@ -303,8 +441,25 @@ def contract_problems(contract, vocabulary, labels, sequence_length, runtime="me
         )
     if contract["vocabulary"] != list(vocabulary):
         problems.append("the packed vocabulary differs from the model's")
-    if contract["labels"] != list(labels):
-        problems.append(f"packed labels {contract['labels']}; expected {list(labels)}")
+    return problems
+
+
+def output_problems(contract, width, metadata_name, runtime="mediapipe"):
+    """What in `contract` breaks the rule of one float32 `[1, width]` output named
+    `metadata_name` in the metadata; list of str."""
+    outputs = contract["outputs"]
+    problems = [] if len(outputs) == 1 else [f"{len(outputs)} outputs; expected 1"]
+    for tensor in outputs:
+        if tensor["dtype"] != "float32":
+            problems.append(f"output is {tensor['dtype']}; expected float32")
+        for key in ("shape", "shape_signature"):
+            if tensor[key] != [1, width]:
+                problems.append(f"output has {key} {tensor[key]}; expected [1, {width}]")
+        if tensor["metadata_name"] != metadata_name:
+            problems.append(
+                f"output is named {tensor['metadata_name']!r} in the metadata; "
+                f"{runtime} expects {metadata_name!r}"
+            )
     return problems
 
 
@@ -435,24 +590,31 @@ def mediapipe_token_ids(vocabulary, sequence_length, texts, cache_dir=None):
 
 
 def _write_with_metadata(content, vocabulary, labels, path, runtime, cache_dir):
-    """Has `runtime`'s writer add metadata to the `.tflite` bytes `content`."""
+    """Has `runtime`'s classifier writer add metadata to the `.tflite` bytes `content`."""
     write_command, _, spec = _WORKER_COMMANDS[runtime]
-    write_metadata(content, vocabulary, path, write_command, {"labels": list(labels)}, cache_dir, spec)
+    _worker_write(write_command, spec, content, vocabulary, path, cache_dir, labels=list(labels))
 
 
-def write_metadata(content, vocabulary, path, command, request, cache_dir=None, spec=mediapipe_env.MEDIAPIPE):
-    """Has the worker's writer `command` write `path`: the `.tflite` bytes `content` with metadata.
+def write_bert_features(content, vocabulary, outputs, path, cache_dir=None, name="", description=""):
+    """Writes the `.tflite` bytes `content` to `path` with MediaPipe's generic metadata.
 
-    Args:
-        content: bytes. The model without metadata.
-        vocabulary: list of str. Packed as the BERT input's vocabulary.
-        path: str. The file to write (written aside, then renamed into place).
-        command: str. A `write_*` command of `mediapipe_worker`.
-        request: dict. What the command needs besides `model`, `vocab`,
-            `tensor_names` (the BERT inputs' tensor names) and `out`, which
-            are added here.
-        cache_dir: str. Where the worker's environment lives.
-        spec: `mediapipe_env.ToolEnvironment` the command runs in.
+    A BERT text input (the tokenizer, `vocabulary`, the inputs named `ids`,
+    `mask`, `segment_ids`) and one output per entry of `outputs`, in the model's
+    output order: a name gives a feature output (what `TextEmbedder` and
+    `BertQuestionAnswerer` read), a dict `{"name", "description", "labels"}` an
+    output with its labels packed as `labels.txt` (the token classifier).
+    """
+    _worker_write(
+        "write_bert_features", mediapipe_env.MEDIAPIPE, content, vocabulary, path, cache_dir,
+        outputs=list(outputs), name=name, description=description,
+    )
+
+
+def _worker_write(command, spec, content, vocabulary, path, cache_dir, **request):
+    """Runs the worker's writer `command` on the `.tflite` bytes `content`, writing `path`.
+
+    `request` adds the command's own fields to the model, vocabulary, input
+    tensor names and output path every writer takes.
     """
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
@@ -470,8 +632,9 @@ def write_metadata(content, vocabulary, path, command, request, cache_dir=None, 
             "vocab": vocab,
             "tensor_names": _metadata_tensor_names(content),
             "out": os.path.abspath(path),
+            **request,
         }
-        return mediapipe_env.run_worker(spec, command, request, cache_dir)
+        mediapipe_env.run_worker(spec, command, request, cache_dir)
 
 
 def _to_tflite(forward, sequence_length, tracked=None):

@@ -14,7 +14,9 @@ It imports nothing of kbert (and no TensorFlow), only the tool the command needs
 | `read_metadata` | MEDIAPIPE | the metadata as JSON and the packed file names |
 | `classify_mediapipe` | MEDIAPIPE | scores from `mediapipe.tasks.python.text.TextClassifier` |
 | `classify_task_library` | TFLITE_SUPPORT | scores from `tflite_support.task.text.BertNLClassifier` |
-| `write_bert_metadata` | MEDIAPIPE | metadata by MediaPipe's generic `metadata_writer.MetadataWriter`: a BERT text input and outputs with or without labels |
+| `write_bert_features` | MEDIAPIPE | metadata by MediaPipe's generic `metadata_writer.MetadataWriter`: a BERT text input and feature outputs (text embedder, question answerer), or labelled ones (token classifier) |
+| `answer_task_library` | TFLITE_SUPPORT | answers from `tflite_support.task.text.BertQuestionAnswerer` |
+| `embed_mediapipe` | MEDIAPIPE | vectors from `mediapipe.tasks.python.text.TextEmbedder` |
 """
 
 import json
@@ -35,12 +37,8 @@ def write_mediapipe(request):
     from mediapipe.tasks.python.metadata.metadata_writers import metadata_writer
     from mediapipe.tasks.python.metadata.metadata_writers import text_classifier
 
-    with open(request["model"], "rb") as f:
-        model = bytearray(f.read())
-    with tempfile.TemporaryDirectory() as tmp:
-        vocab = _copy(request["vocab"], os.path.join(tmp, VOCAB_NAME))
-        names = request["tensor_names"]
-        writer = text_classifier.MetadataWriter.create_for_bert_model(
+    def writer(model, vocab, names):
+        return text_classifier.MetadataWriter.create_for_bert_model(
             model,
             tokenizer=metadata_writer.BertTokenizer(vocab),
             labels=metadata_writer.Labels().add(request["labels"]),
@@ -48,9 +46,39 @@ def write_mediapipe(request):
             mask_name=names["mask"],
             segment_name=names["segment_ids"],
         )
-        content, metadata = writer.populate()
+
+    return _populate(request, writer)
+
+
+def _populate(request, writer):
+    """Runs a MediaPipe metadata writer, `writer(model bytes, vocab path, tensor names)`,
+    on the request's model and writes the result to `request["out"]`."""
+    with open(request["model"], "rb") as f:
+        model = bytearray(f.read())
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab = _copy(request["vocab"], os.path.join(tmp, VOCAB_NAME))
+        content, metadata = writer(model, vocab, request["tensor_names"]).populate()
     _write_atomically(request["out"], content)
     return {"metadata": json.loads(metadata)}
+
+
+def embed_mediapipe(request):
+    """Each text's vector from MediaPipe's `TextEmbedder`, as the model gives it."""
+    from mediapipe.tasks.python.core.base_options import BaseOptions
+    from mediapipe.tasks.python.text import text_embedder
+
+    # The model normalises (or not) itself; MediaPipe must not change its vectors.
+    options = text_embedder.TextEmbedderOptions(
+        base_options=BaseOptions(model_asset_path=request["model"]), l2_normalize=False, quantize=False
+    )
+    rows, times = [], []
+    with text_embedder.TextEmbedder.create_from_options(options) as embedder:
+        for text in request["texts"]:
+            start = time.perf_counter()
+            result = embedder.embed(text)
+            times.append(time.perf_counter() - start)
+            rows.append([float(value) for value in result.embeddings[0].embedding])
+    return {"embeddings": rows, "times": times}
 
 
 def write_task_library(request):
@@ -79,28 +107,54 @@ def write_task_library(request):
     return {"metadata": json.loads(metadata)}
 
 
-def write_bert_metadata(request):
-    """For models no task writer covers: a BERT text input (the vocabulary packed) and,
-    for each output in the model's order, labels packed on it or none."""
+def write_bert_features(request):
+    """No MediaPipe writer exists for text embedding, question answering or token
+    classification: the generic one, a BERT text input and one output per entry of
+    `outputs` (a name: a feature output, as `TextEmbedder` and
+    `BertQuestionAnswerer` read it; `{"name", "description", "labels"}`: the
+    labels packed on it as `labels.txt`)."""
     from mediapipe.tasks.python.metadata.metadata_writers import metadata_writer
 
-    names = request["tensor_names"]
-    with open(request["model"], "rb") as f, tempfile.TemporaryDirectory() as tmp:
-        tokenizer = metadata_writer.BertTokenizer(_copy(request["vocab"], os.path.join(tmp, VOCAB_NAME)))
-        writer = metadata_writer.MetadataWriter.create(bytearray(f.read()))
-        writer.add_general_info(request["name"], request["description"])
-        writer.add_bert_text_input(tokenizer, names["ids"], names["mask"], names["segment_ids"])
+    def writer(model, vocab, names):
+        writer = (
+            metadata_writer.MetadataWriter.create(model)
+            .add_general_info(request["name"], request["description"])
+            .add_bert_text_input(
+                metadata_writer.BertTokenizer(vocab),
+                ids_name=names["ids"],
+                mask_name=names["mask"],
+                segment_name=names["segment_ids"],
+            )
+        )
+        # Output metadata pairs with the model's outputs by position.
         for output in request["outputs"]:
-            if output.get("labels"):
+            if isinstance(output, str):
+                writer.add_feature_output(name=output)
+            else:
                 labels = metadata_writer.Labels().add(output["labels"], exported_filename=LABELS_NAME)
                 writer.add_classification_output(
                     labels, name=output["name"], description=output.get("description")
                 )
-            else:
-                writer.add_feature_output(name=output["name"], description=output.get("description"))
-        content, metadata = writer.populate()
-    _write_atomically(request["out"], content)
-    return {"metadata": json.loads(metadata)}
+        return writer
+
+    return _populate(request, writer)
+
+
+def answer_task_library(request):
+    _load_libusb()
+    from tflite_support.task import text
+
+    answerer = text.BertQuestionAnswerer.create_from_file(request["model"])
+    answers, times = [], []
+    for question, context in zip(request["questions"], request["contexts"]):
+        start = time.perf_counter()
+        result = answerer.answer(context, question)
+        times.append(time.perf_counter() - start)
+        answers.append([
+            {"text": a.text, "start": a.pos.start, "end": a.pos.end, "logit": a.pos.logit}
+            for a in result.answers
+        ])
+    return {"answers": answers, "times": times}
 
 
 def read_metadata(request):
@@ -176,6 +230,10 @@ def _write_atomically(path, content):
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(content)
+        # mkstemp makes the file private; the user's umask decides, as for open().
+        mask = os.umask(0o022)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -188,7 +246,9 @@ COMMANDS = {
     "read_metadata": read_metadata,
     "classify_mediapipe": classify_mediapipe,
     "classify_task_library": classify_task_library,
-    "write_bert_metadata": write_bert_metadata,
+    "write_bert_features": write_bert_features,
+    "answer_task_library": answer_task_library,
+    "embed_mediapipe": embed_mediapipe,
 }
 
 

@@ -3,8 +3,8 @@
 Steps: tf2onnx converts the `serve_tokens` signature (opset `ONNX_OPSET`,
 batch and sequence axes left dynamic); onnxruntime's transformer optimizer
 fuses each encoder block into Attention, SkipLayerNormalization and BiasGelu;
-`quantize_dynamic` then gives an int8 variant (int8 weights, activations
-quantized at run time).
+`quantize_dynamic` then gives an int8 variant (int8 weights per output
+channel, activations quantized at run time).
 
 The fusions match only the op forms of `kbert.export.graph`, which the
 SavedModel's signatures are traced from; `fusion_counts` reports what fused.
@@ -120,7 +120,14 @@ def all_blocks_fused(counts, config):
 
 
 def quantize_onnx(source, path):
-    """Dynamic int8 quantization (`onnxruntime.quantization.quantize_dynamic`)."""
+    """Dynamic int8 quantization (`onnxruntime.quantization.quantize_dynamic`).
+
+    Weights are quantized per output channel: one scale per column keeps the
+    columns of small weights from rounding to a few levels. On MiniLM
+    fine-tuned for the Debian task (950 dev texts), one scale per tensor lost
+    0.74 point of accuracy (max probability error 0.69); per channel lost 0.0
+    (max error 0.24) at the same size (22.5 MiB).
+    """
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -130,6 +137,7 @@ def quantize_onnx(source, path):
         source,
         path,
         weight_type=QuantType.QInt8,
+        per_channel=True,
         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
     )
 

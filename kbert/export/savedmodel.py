@@ -245,6 +245,8 @@ class _RawNumber(str):
 def _row_value(value):
     if isinstance(value, bytes):
         return value.decode("utf-8")
+    if value.ndim == 0 and value.dtype.kind in "iu":  # TF Serving writes integers as such
+        return _RawNumber(str(int(value)))
     if value.ndim == 0:
         return _RawNumber(serving_float(float(value)))
     return [_row_value(item) for item in value]

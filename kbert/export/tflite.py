@@ -18,9 +18,11 @@ The text variant takes the task's raw strings (one of each, batch 1): tf-text's
 `FastBertTokenizer` (`FastBertNormalize` and `FastWordpieceTokenizeWithOffsets`,
 tf-text's TFLite custom ops) then the task's packing in builtin ops
 (`Task.tflite_text_features`). Its normaliser folds
-compatibility characters (`²` -> `2`, `ﬂ` -> `fl`) that Hugging Face's BERT
-normaliser keeps, so its ids can differ from `kbert.text.WordPieceTokenizer`'s
-on such text; the report counts the verification texts where they do.
+compatibility characters (`²` -> `2`, `ﬂ` -> `fl`, Greek final `ς` -> `σ`)
+that Hugging Face's BERT normaliser keeps, so its ids can differ from
+`kbert.text.WordPieceTokenizer`'s on such text; the report counts the
+verification texts where they do (`text_token_differences`) and holds the
+variant to Keras on the others.
 """
 
 import csv
@@ -171,15 +173,8 @@ def write_text_source(folder, out):
         folder: `kbert.modelfolder.ModelFolder`.
         out: str. The SavedModel folder to write.
     """
-    import tensorflow_text as tf_text
-
     task, model = folder.task, folder.model
-    wordpiece = tf_text.FastBertTokenizer(
-        vocab=list(folder.vocabulary),
-        token_out_type=tf.int32,
-        unknown_token=folder.tokenizer.unknown_token,
-        lower_case_nfd_strip_accents=folder.lowercase,
-    )
+    wordpiece = text_tokenizer(folder)
 
     def serve(*strings):
         # Batch 1: one string per input, tokenized, packed with builtin ops.
@@ -195,6 +190,38 @@ def write_text_source(folder, out):
         input_signature=[tf.TensorSpec([1], tf.string, name=name) for name in task.text_inputs],
     )
     archive.write_out(out, verbose=False)
+
+
+def text_tokenizer(folder):
+    """The text variant's tokenizer: tf-text's `FastBertTokenizer` on the folder's vocabulary."""
+    import tensorflow_text as tf_text
+
+    return tf_text.FastBertTokenizer(
+        vocab=list(folder.vocabulary),
+        token_out_type=tf.int32,
+        unknown_token=folder.tokenizer.unknown_token,
+        lower_case_nfd_strip_accents=folder.lowercase,
+    )
+
+
+def text_token_differences(folder, strings):
+    """Where the text variant's tokenizer gives other word pieces than kbert's.
+
+    Args:
+        folder: `kbert.modelfolder.ModelFolder`.
+        strings: dict input name -> list of str (`Task.serving_strings`).
+
+    Returns:
+        bool array, one per row of `strings`: True where any of its strings differs.
+    """
+    fast = text_tokenizer(folder)
+    rows = len(next(iter(strings.values())))
+    differ = np.zeros(rows, bool)
+    for texts in strings.values():
+        ours = folder.tokenizer(tf.constant(texts)).to_list()
+        theirs = fast.tokenize(tf.constant(texts)).to_list()
+        differ |= np.array([a != b for a, b in zip(ours, theirs)], bool)
+    return differ
 
 
 def convert_text(source):

@@ -93,12 +93,15 @@ def export_token_classifier(folder, out, examples, reference, cache_dir=None):
 
 def write_token_classifier(content, vocabulary, tags, path, cache_dir=None):
     """Has MediaPipe's generic writer pack `vocabulary` and `tags` into the `.tflite` bytes `content`."""
-    request = {
-        "name": "kbert token classifier",
-        "description": "BERT token classification: a tag for each WordPiece; read each word's first piece.",
-        "outputs": [{"name": OUTPUT_NAME, "description": "tag logits of every piece", "labels": list(tags)}],
-    }
-    mediapipe.write_metadata(content, vocabulary, path, "write_bert_metadata", request, cache_dir)
+    mediapipe.write_bert_features(
+        content,
+        vocabulary,
+        [{"name": OUTPUT_NAME, "description": "tag logits of every piece", "labels": list(tags)}],
+        path,
+        cache_dir,
+        name="kbert token classifier",
+        description="BERT token classification: a tag for each WordPiece; read each word's first piece.",
+    )
 
 
 def check_contract(path, vocabulary, tags, sequence_length, cache_dir=None):

@@ -54,6 +54,11 @@ def _columns(report):
     ]
     if any("top1_agreement" in e for e in report["artefacts"]):
         columns.append(("top-1 agree", lambda e: f"{100 * e['top1_agreement']:.2f}%" if "top1_agreement" in e else "—"))
+    for key in ("min_cosine", "mean_cosine"):
+        if any(key in e for e in report["artefacts"]):
+            columns.append(
+                (key.replace("_", " "), lambda e, key=key: f"{e[key]:.6f}" if key in e else "—")
+            )
     for name in report["figures"]:
         columns.append(
             (name.replace("_", "-"), lambda e, name=name: _figure(e[name], scale) if name in e else "—")

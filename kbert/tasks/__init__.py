@@ -4,6 +4,8 @@ Adding a task is one module, its tests, and one line in `TASKS`.
 """
 
 from kbert.tasks.base import Encoded, Option, Task
+from kbert.tasks.question_answering import QuestionAnswering
+from kbert.tasks.sentence_embedding import SentenceEmbedding
 from kbert.tasks.text_classification import TextClassification
 from kbert.tasks.text_pair_classification import TextPairClassification
 from kbert.tasks.text_pair_regression import TextPairRegression
@@ -16,11 +18,15 @@ TASKS = {
         TextPairClassification,
         TextPairRegression,
         TokenClassification,
+        QuestionAnswering,
+        SentenceEmbedding,
     )
 }
 DEFAULT_TASK = TextClassification.name
+# The task `kbert embed` and `kbert search` run unless --task names another.
+EMBEDDING_TASK = SentenceEmbedding.name
 
-__all__ = ["DEFAULT_TASK", "TASKS", "Encoded", "Option", "Task", "get_task"]
+__all__ = ["DEFAULT_TASK", "EMBEDDING_TASK", "TASKS", "Encoded", "Option", "Task", "get_task"]
 
 
 def get_task(name):

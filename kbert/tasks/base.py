@@ -113,6 +113,11 @@ class Task:
     # Whether the export has a string-in TFLite variant (`tflite_text_features`):
     # one row per example, packed with builtin ops.
     tflite_text_variant = True
+    # False for a task that needs no training (sentence embeddings): `kbert
+    # finetune` refuses it, and the other commands build it on a pretrained
+    # checkpoint with `--task` (`pretrained_settings`,
+    # `kbert.modelfolder.ModelFolder.from_pretrained`).
+    trainable = True
 
     def __init__(self, tokenizer, sequence_length, **settings):
         from kbert.text import BertPreprocessor
@@ -145,6 +150,39 @@ class Task:
     def settings(self):
         """The JSON dict stored in the model folder; `Task(..., **settings)` rebuilds."""
         return {}
+
+    def use_options(self, options):
+        """Takes the data options that act beyond `read` (a window stride, a threshold).
+
+        Called with the options (name -> value or None; command-line values
+        are strings) wherever this instance's examples are read: by the
+        trainer, `evaluate`, `predict` and the exporter. Default: none.
+        """
+
+    def tune(self, examples, predictions):
+        """Settings chosen on the dev predictions after training (a threshold).
+
+        The trainer calls it before the dev figures are computed and stores
+        `settings()` after it. Returns what it chose and what training
+        counted (questions skipped), a JSON dict merged into metrics.json;
+        default: nothing.
+        """
+        return {}
+    @classmethod
+    def pretrained_settings(cls, checkpoint, options):
+        """The settings of this task on a pretrained encoder, for a task that needs no training.
+
+        Args:
+            checkpoint: str or None. The checkpoint's folder, for what it says
+                of the task (None: a kbert model folder's encoder).
+            options: dict. Option name -> value given, or None.
+        """
+        raise ValueError(f"task {cls.name!r} needs training; it has no pretrained settings")
+
+    @classmethod
+    def pretrained_sequence_length(cls, checkpoint):
+        """The packed length a pretrained `checkpoint` folder asks for, or None."""
+        return None
 
     def check(self, examples, source):
         """Raises `ValueError` naming `source` if `examples` do not suit this model."""
@@ -179,11 +217,7 @@ class Task:
         import tensorflow as tf
 
         encoded = self.encode(examples)
-        length = self.sequence_length
-        boundaries = list(range(BUCKET_WIDTH + 1, length + 1, BUCKET_WIDTH)) + [length + 1]
         lengths = encoded.features["padding_mask"].sum(axis=1)
-        bucket_sizes = np.bincount(np.searchsorted(boundaries, lengths, side="right"))
-        batches = int(sum(-(-int(size) // batch_size) for size in bucket_sizes))
         padding = tf.nest.map_structure(
             lambda target: tf.constant(self.target_padding, tf.as_dtype(target.dtype)),
             encoded.targets,
@@ -200,20 +234,9 @@ class Task:
 
         def epoch(index):
             ds = rows.shuffle(len(encoded), seed=EPOCH_SEED_STRIDE * seed + index)
-            ds = ds.map(trim, num_parallel_calls=tf.data.AUTOTUNE)
-            return ds.bucket_by_sequence_length(
-                lambda features, target: tf.shape(features["token_ids"])[0],
-                bucket_boundaries=boundaries,
-                bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
-                pad_to_bucket_boundary=True,
-                padding_values=({name: 0 for name in ENCODER_INPUTS}, padding),
-            )
+            return ds.map(trim, num_parallel_calls=tf.data.AUTOTUNE)
 
-        ds = epoch(first_epoch)
-        for index in range(first_epoch + 1, epochs):
-            ds = ds.concatenate(epoch(index))
-        ds = ds.apply(tf.data.experimental.assert_cardinality(batches * (epochs - first_epoch)))
-        return ds.prefetch(tf.data.AUTOTUNE), batches
+        return epoch_batches(epoch, lengths, batch_size, self.sequence_length, padding, epochs, first_epoch)
 
     # What pads per-token targets in bucketed batches (ignored by the loss).
     target_padding = 0
@@ -265,14 +288,7 @@ class Task:
         )
         if not isinstance(result, dict):
             result = dict(zip(self.outputs, result if isinstance(result, (list, tuple)) else [result]))
-        result = {name: np.asarray(result[name]) for name in self.outputs}
-        bad = [name for name, value in result.items() if not np.all(np.isfinite(value))]
-        if bad:
-            raise ValueError(
-                f"the model gives non-finite {bad[0]} (NaN or infinity): its weights are "
-                "broken (diverged training?)"
-            )
-        return result
+        return check_finite({name: np.asarray(result[name]) for name in self.outputs})
 
     def decode(self, examples, encoded, outputs):
         """One prediction per example from the outputs of `encoded`'s rows."""
@@ -285,6 +301,16 @@ class Task:
     def predict_json(self, examples, predictions):
         """What `kbert predict` prints, one JSON-able dict per example."""
         raise NotImplementedError
+
+    def embeddings(self, predictions):
+        """float32 `(n, dimension)`: one vector per single-text example's prediction.
+
+        For `kbert embed` and `kbert search`; tasks that give no text vectors raise.
+        """
+        raise ValueError(
+            f"task {self.name!r} gives no text embeddings; use a task that does "
+            "(--task sentence-embedding)"
+        )
 
     @classmethod
     def summary(cls, metrics):
@@ -324,15 +350,17 @@ class Task:
         Args:
             call: callable(dict name -> list of str) -> dict of outputs.
             examples: the task's examples.
-            batch_size: int. Examples per call.
+            batch_size: int. Strings (of each input) per call.
 
         Returns:
-            dict keyed by `outputs`. Tasks whose rows are not their examples
-            (windows) override this.
+            dict keyed by `outputs`, one row per string of `serving_strings`.
+            Tasks whose rows are not their examples either override this or
+            give one string per row in `serving_strings`.
         """
         strings = self.serving_strings(examples)
+        rows = len(next(iter(strings.values())))
         chunks = []
-        for start in range(0, len(examples), batch_size):
+        for start in range(0, rows, batch_size):
             result = call({name: values[start : start + batch_size] for name, values in strings.items()})
             chunks.append({name: np.asarray(result[name]) for name in self.outputs})
         return {name: np.concatenate([chunk[name] for chunk in chunks]) for name in self.outputs}
@@ -357,6 +385,14 @@ class Task:
         """How an artefact's outputs agree with the Keras model's: a JSON dict."""
         return {"max_abs_diff": float(np.abs(self.scores(outputs) - self.scores(reference)).max())}
 
+    def prediction_agreement(self, predictions, reference):
+        """How an artefact's predictions (`decode`'s) agree with the Keras model's.
+
+        For tasks whose answer is more than their outputs (spans chosen
+        across windows); a JSON dict, default empty.
+        """
+        return {}
+
     def judge(self, entry, reference_figures):
         """Sets `entry["budget"]` and `entry["passed"]`.
 
@@ -375,6 +411,55 @@ class Task:
         entry["budget"] = f"{self.metric} drop <= {self.metric_scale * budget:g}{unit}"
         entry["passed"] = drop <= budget + 1e-9
         return entry
+
+
+def epoch_batches(epoch, lengths, batch_size, sequence_length, target_padding, epochs=1, first_epoch=0):
+    """Rows of similar length batched together, epoch after epoch: `(dataset, batches_per_epoch)`.
+
+    Args:
+        epoch: callable(int) -> tf.data.Dataset of `(features, targets)` rows
+            in that epoch's order, each cut to its used length.
+        lengths: int array. Every row's used length, in any order.
+        batch_size: int.
+        sequence_length: int. The longest row.
+        target_padding: the targets' structure of scalar tensors that pad them.
+        epochs, first_epoch: ints. The dataset holds epochs `first_epoch` ..
+            `epochs - 1`, each bucketed on its own.
+
+    Each batch is padded to a multiple of `BUCKET_WIDTH`. The count is exact,
+    since each bucket gives ceil(size / batch_size) batches whatever the order.
+    """
+    import tensorflow as tf
+
+    boundaries = list(range(BUCKET_WIDTH + 1, sequence_length + 1, BUCKET_WIDTH)) + [sequence_length + 1]
+    bucket_sizes = np.bincount(np.searchsorted(boundaries, lengths, side="right"))
+    batches = int(sum(-(-int(size) // batch_size) for size in bucket_sizes))
+
+    def bucketed(index):
+        return epoch(index).bucket_by_sequence_length(
+            lambda features, target: tf.shape(features["token_ids"])[0],
+            bucket_boundaries=boundaries,
+            bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
+            pad_to_bucket_boundary=True,
+            padding_values=({name: 0 for name in ENCODER_INPUTS}, target_padding),
+        )
+
+    ds = bucketed(first_epoch)
+    for index in range(first_epoch + 1, epochs):
+        ds = ds.concatenate(bucketed(index))
+    ds = ds.apply(tf.data.experimental.assert_cardinality(batches * (epochs - first_epoch)))
+    return ds.prefetch(tf.data.AUTOTUNE), batches
+
+
+def check_finite(outputs):
+    """`outputs` (a dict of arrays), or `ValueError` if one holds NaN or infinity."""
+    bad = [name for name, value in outputs.items() if not np.all(np.isfinite(value))]
+    if bad:
+        raise ValueError(
+            f"the model gives non-finite {bad[0]} (NaN or infinity): its weights are "
+            "broken (diverged training?)"
+        )
+    return outputs
 
 
 class TextTask(Task):

@@ -169,6 +169,11 @@ def finetune(
         raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
     check_output_folder(out, "model", is_model_folder, overwrite)
     task_class = get_task(task)
+    if not task_class.trainable:
+        raise ValueError(
+            f"task {task!r} needs no training: give kbert evaluate, search or export "
+            f"--task {task} --model CHECKPOINT"
+        )
     options = task_class.resolve_options(options)
     train_examples = task_class.read(train, options)
     dev_examples = task_class.read(dev, options)
@@ -196,6 +201,7 @@ def finetune(
 
     tokenizer = WordPieceTokenizer(vocabulary, lowercase=lowercase)
     task = task_class(tokenizer, sequence_length, **task_settings)
+    task.use_options(options)
     task.check(dev_examples, dev)
     log(f"{task.name}: {len(train_examples)} training examples from {train}, "
         f"{len(dev_examples)} dev examples from {dev}")
@@ -265,7 +271,9 @@ def finetune(
     train_seconds = time.perf_counter() - start
 
     outputs = task.run(model, dev_encoded.features, batch_size)
-    metrics = task.evaluate(dev_examples, task.decode(dev_examples, dev_encoded, outputs))
+    predictions = task.decode(dev_examples, dev_encoded, outputs)
+    tuned = task.tune(dev_examples, predictions)
+    metrics = {**task.evaluate(dev_examples, predictions), **tuned}
     metrics.update(
         train_examples=len(train_examples),
         epochs=epochs,

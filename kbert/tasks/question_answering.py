@@ -1,0 +1,735 @@
+"""`question-answering`: a question and a context -> the answer's span in the context (SQuAD).
+
+Data: SQuAD-format JSON, v1.1 or v2.0 (`is_impossible` questions have no
+answer); `kbert predict` also reads JSON Lines of `{"question", "context"}`.
+Pre- and post-processing are google-research/bert's `run_squad.py`
+(`kbert.tasks.squad` lists the few differences): the context is split into
+words, each word into WordPieces, and a context longer than the sequence into
+windows `--doc-stride` pieces apart after the question (`--max-query-length`
+pieces at most); the model scores each piece as the answer's start and end;
+the best span of length `--max-answer-length` or less among the top
+`--n-best-size` starts and ends of each window, counted in the window where
+its start has the most context, is the answer, cut from the context by
+character offsets. A v2.0 model answers nothing when the [CLS] score beats
+the best span's by more than `--null-score-diff-threshold`, which `kbert
+finetune` tunes on the dev set and stores. `kbert evaluate` reports the
+official SQuAD scripts' `exact_match` and `f1` (v2.0: also `HasAns_*`,
+`NoAns_*`, `best_*`).
+
+The model: the encoder's every position -> one float32 `Dense(2)` ->
+`start_logits`, `end_logits` (run_squad.py's `cls/squad/output_weights`,
+Hugging Face's `qa_outputs`), padding positions at `PADDING_LOGIT`. Loss:
+the mean of the start and end cross-entropies over the positions of the
+window.
+
+Export: `serving_default(question, context)` windows the context itself and
+returns `answer`, `answer_start`, `answer_end` (characters; -1 and "" for no
+answer), `score` and, for v2.0, `null_score_diff`; `serve_tokens`, ONNX and
+the TFLite token models return the two logits per row. The `mediapipe`
+format is a `.tflite` for the TFLite Task Library's `BertQuestionAnswerer`
+(`kbert.export.question_answerer`).
+"""
+
+
+import numpy as np
+
+from kbert.config import ENCODER_INPUTS
+from kbert.tasks import squad
+from kbert.tasks.base import ENCODE_CHUNK, FLOAT_TOLERANCE, Encoded, Option, Task, epoch_batches
+
+OPTIONS = (
+    Option("doc_stride", "pieces between the starts of a long context's windows", squad.DOC_STRIDE),
+    Option("max_query_length", "question pieces kept (the rest is cut)", squad.MAX_QUERY_LENGTH),
+    Option("max_answer_length", "longest answer, in pieces", squad.MAX_ANSWER_LENGTH),
+    Option("n_best_size", "start and end candidates per window", squad.N_BEST_SIZE),
+    Option(
+        "null_score_diff_threshold",
+        "SQuAD v2.0: answer nothing when the [CLS] score beats the best span's by more than "
+        "this (None: tuned on --dev by finetune, then the model's)",
+        None,
+    ),
+)
+# Quantized artefacts may lose this much F1 (points) against the Keras model.
+# One question of the 208 in the Normans sample moves F1 by up to 0.48 points;
+# dynamic int8 BERT loses about a point of SQuAD F1 (onnxruntime's and
+# Intel's published BERT-base figures), more for a 6-layer model.
+F1_BUDGETS = {"fp16": 0.5, "dynamic": 2.0, "int8": 2.0, "16x8": 2.0}
+# Integer options and their smallest values.
+_INTEGER_OPTIONS = {"doc_stride": 1, "max_query_length": 1, "max_answer_length": 1, "n_best_size": 1}
+# The figures worth a line in a log, in this order.
+SUMMARY = ("exact_match", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "n")
+# The offset outputs' value for no answer.
+NO_OFFSET = -1
+# The logit of a padding position: the encoder's own attention-mask bias
+# (`kbert.export.graph.MASK_BIAS`), far below any real logit.
+PADDING_LOGIT = -10000.0
+
+
+class QuestionAnswering(Task):
+    """Extractive question answering, SQuAD v1.1 and v2.0.
+
+    Args:
+        tokenizer, sequence_length: see `Task`.
+        version_2_with_negative: bool. Questions may have no answer (SQuAD v2.0).
+        null_score_diff_threshold: float. v2.0: answer nothing when the null
+            score minus the best span's exceeds it.
+        doc_stride, max_query_length, max_answer_length, n_best_size: int.
+            run_squad.py's flags of those names.
+    """
+
+    name = "question-answering"
+    description = "question + context -> the answer's span; SQuAD v1.1/v2.0 JSON"
+    options = OPTIONS
+    outputs = ("start_logits", "end_logits")
+    reads_sequence = True
+    text_inputs = ("question", "context")
+    metric = "f1"
+    metric_scale = 1.0  # the official scripts' figures are percentages already
+    budgets = F1_BUDGETS
+    mediapipe = "bert_question_answerer"
+    # One packed row is not one question: windows need the SavedModel.
+    tflite_text_variant = False
+
+    def __init__(
+        self,
+        tokenizer,
+        sequence_length,
+        version_2_with_negative=False,
+        null_score_diff_threshold=squad.NULL_SCORE_DIFF_THRESHOLD,
+        doc_stride=squad.DOC_STRIDE,
+        max_query_length=squad.MAX_QUERY_LENGTH,
+        max_answer_length=squad.MAX_ANSWER_LENGTH,
+        n_best_size=squad.N_BEST_SIZE,
+    ):
+        super().__init__(tokenizer, sequence_length)
+        if not isinstance(version_2_with_negative, bool):
+            raise ValueError(f"version_2_with_negative={version_2_with_negative!r}; expected true or false")
+        self.version_2_with_negative = version_2_with_negative
+        self.null_score_diff_threshold = null_score_diff_threshold
+        self.doc_stride = doc_stride
+        self.max_query_length = max_query_length
+        self.max_answer_length = max_answer_length
+        self.n_best_size = n_best_size
+        self.use_options({})
+        self.threshold_given = False
+        self.train_figures = {}
+
+    # === Data ===
+
+    @classmethod
+    def read(cls, path, options=None, targets=True):
+        if str(path).lower().endswith(".jsonl"):
+            return squad.read_jsonl(path, targets)
+        return squad.read_squad_json(path, targets)
+
+    @classmethod
+    def learn(cls, examples, source):
+        if not any(example["answers"] for example in examples):
+            raise ValueError(f"{source} has no answerable question; nothing to learn")
+        return {"version_2_with_negative": any(example["is_impossible"] for example in examples)}
+
+    def settings(self):
+        return {
+            "version_2_with_negative": self.version_2_with_negative,
+            "null_score_diff_threshold": self.null_score_diff_threshold,
+            "doc_stride": self.doc_stride,
+            "max_query_length": self.max_query_length,
+            "max_answer_length": self.max_answer_length,
+            "n_best_size": self.n_best_size,
+        }
+
+    def use_options(self, options):
+        for name, smallest in _INTEGER_OPTIONS.items():
+            value = options.get(name)
+            setattr(self, name, _integer(name, getattr(self, name) if value is None else value, smallest))
+        threshold = options.get("null_score_diff_threshold")
+        if threshold is not None:
+            self.threshold_given = True
+        else:
+            threshold = self.null_score_diff_threshold
+        try:
+            self.null_score_diff_threshold = float(threshold)
+        except (TypeError, ValueError):
+            raise ValueError(f"null_score_diff_threshold={threshold!r}; expected a number") from None
+        if not np.isfinite(self.null_score_diff_threshold):
+            raise ValueError(f"null_score_diff_threshold={threshold!r}; expected a finite number")
+
+    def check_model(self, model, source):
+        names = sorted(model.output) if isinstance(model.output, dict) else []
+        if names != sorted(self.outputs):
+            raise ValueError(f"{source}: the model outputs {names or model.output}; expected {list(self.outputs)}")
+
+    def examples_from_texts(self, texts):
+        if len(texts) % 2:
+            raise ValueError(f"task {self.name!r} takes texts in pairs (question, context); got {len(texts)}")
+        return [
+            {"id": f"text-{i // 2 + 1}", "question": texts[i], "context": texts[i + 1], "answers": [],
+             "is_impossible": False, "line": None}
+            for i in range(0, len(texts), 2)
+        ]
+
+    # === Preprocessing ===
+
+    def prepare(self, examples, targets=True):
+        """run_squad.py's features of `examples`, compactly: one `Question` each.
+
+        Tokenizes `ENCODE_CHUNK` questions at a time, each distinct context
+        once.
+
+        Raises:
+            ValueError: naming the question id whose question leaves no room
+                for the context in the sequence, or whose context has no
+                WordPiece.
+        """
+        contexts = {}
+        questions = []
+        for chunk_start in range(0, len(examples), ENCODE_CHUNK):
+            chunk = examples[chunk_start : chunk_start + ENCODE_CHUNK]
+            new = sorted({e["context"] for e in chunk} - contexts.keys())
+            contexts.update(zip(new, squad.tokenize_contexts(self.tokenizer, new)))
+            queries = squad.tokenize(self.tokenizer, [e["question"] for e in chunk])
+            answerable = [e for e in chunk if targets and e["answers"]]
+            answer_ids = dict(zip(
+                [id(e) for e in answerable],
+                squad.tokenize(self.tokenizer, [e["answers"][0]["text"] for e in answerable]),
+            ))
+            for example, query in zip(chunk, queries):
+                questions.append(self._question(example, query, contexts[example["context"]], targets, answer_ids))
+        return questions
+
+    def _question(self, example, query, context, targets, answer_ids):
+        query = query[: self.max_query_length]
+        room = self.sequence_length - len(query) - 3  # [CLS] question [SEP] context [SEP]
+        if room < 1:
+            raise ValueError(
+                f"question {example['id']!r}: its {len(query)} pieces (--max-query-length "
+                f"{self.max_query_length}) with [CLS] and two [SEP] leave no room for the context "
+                f"in --seq-len {self.sequence_length}"
+            )
+        if not len(context):
+            raise ValueError(f"question {example['id']!r}: the context has no WordPiece")
+        span = None
+        if targets and example["answers"]:
+            # run_squad.py trains on the first answer.
+            span = squad.answer_token_span(context, example["answers"][0], answer_ids[id(example)])
+        return Question(
+            query=np.asarray(query, np.int32),
+            context=context,
+            windows=squad.doc_windows(len(context), room, self.doc_stride),
+            target=None if not targets else (-1, -1) if not example["answers"] else span,
+            answer=example["answers"][0]["text"] if targets and example["answers"] else None,
+        )
+
+    def row(self, question, window):
+        """The packed row of one window: `(token_ids, segment_ids, (start, end))`.
+
+        The target points at [CLS] for an unanswerable question and for a
+        window that does not hold the whole answer (run_squad.py); None
+        without a target.
+        """
+        start, length = question.windows[window]
+        tokenizer = self.tokenizer
+        offset = len(question.query) + 2
+        ids = np.concatenate([
+            [tokenizer.cls_id], question.query, [tokenizer.sep_id],
+            question.context.ids[start : start + length], [tokenizer.sep_id],
+        ]).astype(np.int32)
+        segments = (np.arange(len(ids)) >= offset).astype(np.int32)
+        target = None
+        if question.target is not None:
+            first, last = question.target
+            inside = first >= start and last <= start + length - 1
+            target = (first - start + offset, last - start + offset) if first >= 0 and inside else (0, 0)
+        return ids, segments, target
+
+    def _rows(self, questions, trainable_only=False):
+        return np.array(
+            [(q, w) for q, question in enumerate(questions)
+             if not (trainable_only and question.skipped) for w in range(len(question.windows))],
+            np.int64,
+        ).reshape(-1, 2)
+
+    def encode(self, examples, targets=True):
+        questions = self.prepare(examples, targets)
+        rows = self._rows(questions)
+        features = {name: np.zeros((len(rows), self.sequence_length), np.int32) for name in ENCODER_INPUTS}
+        starts, ends = np.zeros(len(rows), np.int32), np.zeros(len(rows), np.int32)
+        for index, (q, w) in enumerate(rows):
+            ids, segments, target = self.row(questions[q], w)
+            features["token_ids"][index, : len(ids)] = ids
+            features["segment_ids"][index, : len(ids)] = segments
+            features["padding_mask"][index, : len(ids)] = 1
+            if target is not None:
+                starts[index], ends[index] = target
+        return Encoded(
+            features,
+            {"start_logits": starts, "end_logits": ends} if targets else None,
+            example_of_row=rows[:, 0],
+            extra={"questions": questions, "windows": rows[:, 1]},
+        )
+
+    def train_dataset(self, examples, batch_size, seed=0, epochs=1, first_epoch=0):
+        """Shuffled training batches made on the fly, `(dataset, batches_per_epoch)`.
+
+        The contexts' WordPieces are kept once each, ragged; the packed rows
+        are built by a generator in an order of each epoch's own (drawn from
+        the seed and the epoch's number, so a resumed run sees an
+        uninterrupted one's batches), so memory holds no `(rows,
+        sequence_length)` arrays, whatever the size of the set. Questions
+        whose answer run_squad.py cannot find are left out, and counted in
+        `train_figures`.
+        """
+        import tensorflow as tf
+
+        questions = self.prepare(examples)
+        rows = self._rows(questions, trainable_only=True)
+        if not len(rows):
+            raise ValueError("no training question is left once unfindable answers are skipped")
+        lengths = np.array([len(questions[q].query) + 3 + questions[q].windows[w][1] for q, w in rows])
+        self.train_figures = train_figures(questions, rows)
+
+        def generate(index):
+            order = np.random.default_rng([seed, index]).permutation(len(rows))
+            for index in order:
+                ids, segments, (start, end) = self.row(*_question_and_window(questions, rows[index]))
+                yield (
+                    {"token_ids": ids, "segment_ids": segments, "padding_mask": np.ones_like(ids)},
+                    {"start_logits": np.int32(start), "end_logits": np.int32(end)},
+                )
+
+        row_spec = tf.TensorSpec([None], tf.int32)
+        target_spec = tf.TensorSpec([], tf.int32)
+
+        def epoch(index):
+            return tf.data.Dataset.from_generator(
+                lambda: generate(index),
+                output_signature=(
+                    {name: row_spec for name in ENCODER_INPUTS},
+                    {name: target_spec for name in self.outputs},
+                ),
+            )
+
+        padding = {name: tf.constant(0, tf.int32) for name in self.outputs}
+        return epoch_batches(epoch, lengths, batch_size, self.sequence_length, padding, epochs, first_epoch)
+
+    def eval_dataset(self, encoded, batch_size):
+        """The rows with a target (not those of skipped questions), in order."""
+        import tensorflow as tf
+
+        questions = encoded.extra["questions"]
+        keep = np.array([not questions[q].skipped for q in encoded.example_of_row], bool)
+        rows = ({k: v[keep] for k, v in encoded.features.items()}, {k: v[keep] for k, v in encoded.targets.items()})
+        return tf.data.Dataset.from_tensor_slices(rows).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+    # === Model ===
+
+    def build_model(self, encoder_or_config, dtype=None):
+        import keras
+
+        from kbert.models.encoder import as_encoder, encoder_inputs, rewire_encoder
+
+        encoder = rewire_encoder(as_encoder(encoder_or_config, dtype=dtype), first_token_only=False)
+        # The span head reads every position, never the pooled [CLS] vector.
+        encoder.get_layer("pooler").trainable = False
+        inputs = encoder_inputs()
+        # Float32, so that logits and loss are float32 under mixed precision.
+        logits = keras.layers.Dense(
+            2,
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+            dtype="float32",
+            name="qa_outputs",
+        )(encoder(inputs)["sequence_output"])
+        return keras.Model(inputs, _span_logits(logits, inputs["padding_mask"]), name="bert_question_answering")
+
+    def compile_args(self):
+        import keras
+
+        def loss():
+            return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+        return {
+            "loss": {name: loss() for name in self.outputs},
+            # run_squad.py: (start_loss + end_loss) / 2.
+            "loss_weights": {name: 0.5 for name in self.outputs},
+            "metrics": {name: [keras.metrics.SparseCategoricalAccuracy(name="accuracy")] for name in self.outputs},
+        }
+
+    def head(self, model, encoder_outputs, features):
+        return _span_logits(model.get_layer("qa_outputs")(encoder_outputs["sequence_output"]), features["padding_mask"])
+
+    # === Inference ===
+
+    def decode(self, examples, encoded, outputs):
+        """One prediction per question: its best span and, for v2.0, the null score.
+
+        A prediction is a dict: `best` (`text`, `start`, `end` in characters,
+        `score`, `probability`) or None, `null` (v2.0: `score`,
+        `probability`) and `null_score_diff`; `answer` applies the
+        threshold. Outputs of a text artefact (`serving_text_outputs`),
+        which chose their answers themselves, give `answer` as they chose it.
+        """
+        if "answer" in outputs:
+            return _served_predictions(outputs)
+        questions = encoded.extra["questions"]
+        rows_of = [[] for _ in questions]
+        for row, (q, w) in enumerate(zip(encoded.example_of_row, encoded.extra["windows"])):
+            rows_of[q].append((row, w))
+        predictions = []
+        for question, rows in zip(questions, rows_of):
+            masks = squad.max_context(question.windows, len(question.context))
+            offset = len(question.query) + 2
+            windows = [
+                {
+                    "start_logits": outputs["start_logits"][row],
+                    "end_logits": outputs["end_logits"][row],
+                    "offset": offset,
+                    "length": question.windows[w][1],
+                    "max_context": masks[w],
+                    "first": question.windows[w][0],
+                }
+                for row, w in rows
+            ]
+            result = squad.best_answer(windows, self.n_best_size, self.max_answer_length, self.version_2_with_negative)
+            predictions.append(_prediction(question.context, result, self.n_best_size))
+        return predictions
+
+    def answer(self, prediction):
+        """The final answer of a prediction: dict `text` ("" for none), `start`, `end`, `score`."""
+        if "answer" in prediction:
+            return prediction["answer"]
+        best, null = prediction["best"], prediction["null"]
+        if null is not None and (best is None or prediction["null_score_diff"] > self.null_score_diff_threshold):
+            return {"text": "", "start": None, "end": None, "score": null["score"], "probability": null["probability"]}
+        return best or {"text": "", "start": None, "end": None, "score": None, "probability": None}
+
+    def evaluate(self, examples, predictions):
+        golds = [[a["text"] for a in e["answers"]] for e in examples]
+        texts = [self.answer(p)["text"] for p in predictions]
+        if self.version_2_with_negative or any(e["is_impossible"] for e in examples):
+            odds = [p.get("null_score_diff") for p in predictions]
+            metrics = squad.squad_v2_metrics(golds, texts, None if None in odds else odds)
+            metrics["n"] = metrics.pop("total")
+            metrics["null_score_diff_threshold"] = self.null_score_diff_threshold
+        else:
+            metrics = {**squad.squad_v1_metrics(golds, texts), "n": len(examples)}
+        return metrics
+
+    def tune(self, examples, predictions):
+        """v2.0: the null threshold of the best dev F1 (evaluate-v2.0.py's sweep),
+        unless --null-score-diff-threshold was given.
+
+        The sweep scores each question's best span as its answer (predictions
+        made with no threshold), so that every threshold is scored as it would
+        answer; when answering nothing is best, the threshold goes below
+        every dev score difference.
+        """
+        tuned = dict(self.train_figures)  # what train_dataset counted
+        if not self.version_2_with_negative or self.threshold_given:
+            return tuned
+        odds = [p["null_score_diff"] for p in predictions]
+        texts = [p["best"]["text"] if p["best"] else "" for p in predictions]
+        has_answer = [bool(e["answers"]) for e in examples]
+        f1 = [
+            max(squad.f1_v2(a, text) for a in ([a["text"] for a in e["answers"] if squad.normalize_answer(a["text"])] or [""]))
+            for e, text in zip(examples, texts)
+        ]
+        best, threshold = squad.find_best_threshold(texts, f1, odds, has_answer)
+        if best <= 100.0 * sum(not has for has in has_answer) / len(has_answer):
+            threshold = min(odds) - 1.0
+        self.null_score_diff_threshold = float(threshold)
+        return {**tuned, "null_score_diff_threshold": self.null_score_diff_threshold, "tuned_f1": best}
+
+    def predict_json(self, examples, predictions):
+        rows = []
+        for example, prediction in zip(examples, predictions):
+            answer = self.answer(prediction)
+            row = {
+                "id": example["id"],
+                "question": example["question"],
+                "answer": answer["text"] or None,
+                "start": answer["start"],
+                "end": answer["end"],
+                "score": _float(answer["score"]),
+                "probability": _float(answer.get("probability")),
+            }
+            if self.version_2_with_negative:
+                row["null_score_diff"] = _float(prediction.get("null_score_diff"))
+            rows.append(row)
+        return rows
+
+    @classmethod
+    def summary(cls, metrics):
+        return {k: metrics[k] for k in SUMMARY if k in metrics}
+
+    # === Export ===
+
+    def serving_features(self, strings):
+        from kbert.tasks.question_answering_graph import windowed_features
+
+        return windowed_features(self, strings["question"], strings["context"])
+
+    def serving_outputs(self, features, outputs):
+        if "example_of_row" not in features:  # serve_tokens: rows in, logits out
+            return dict(outputs)
+        from kbert.tasks.question_answering_graph import best_answers
+
+        return best_answers(self, features, outputs)
+
+    def serving_request(self, example):
+        return {"question": example["question"], "context": example["context"]}
+
+    def serving_text_outputs(self, call, examples, batch_size):
+        """The answers `serving_default` chose, one per question (see `decode`)."""
+        strings = self.serving_strings(examples)
+        chunks = []
+        for start in range(0, len(examples), batch_size):
+            result = call({name: values[start : start + batch_size] for name, values in strings.items()})
+            chunks.append({name: np.asarray(value) for name, value in result.items()})
+        return {name: np.concatenate([chunk[name] for chunk in chunks]) for name in chunks[0]}
+
+    def agreement(self, outputs, reference):
+        """The logits' largest difference, where the artefact gives logits."""
+        if "answer" in outputs:
+            return {}
+        return super().agreement(outputs, reference)
+
+    def prediction_agreement(self, predictions, reference):
+        """The share of questions given the same answer (text, and offsets where
+        the artefact gives them), and the largest difference of the best span's
+        score and of the null score difference (None where it gives neither)."""
+        same, diffs = [], []
+        for prediction, expected in zip(predictions, reference):
+            mine, theirs = self.answer(prediction), self.answer(expected)
+            keys = ("text",) if mine["start"] is None and mine["text"] else ("text", "start", "end")
+            same.append(all(mine[k] == theirs[k] for k in keys))
+            for a, b in ((_best_score(prediction), _best_score(expected)),
+                         (prediction.get("null_score_diff"), expected.get("null_score_diff"))):
+                if a is not None and b is not None and np.isfinite(a) and np.isfinite(b):
+                    diffs.append(abs(a - b))
+        return {"answer_agreement": float(np.mean(same)), "max_abs_score_diff": float(max(diffs)) if diffs else None}
+
+    def judge(self, entry, reference_figures):
+        """Float32 artefacts: logits (or scores) within `FLOAT_TOLERANCE` and every
+        answer the Keras model's; quantized ones: `budgets` of F1 points.
+
+        BertQuestionAnswerer's file (`kbert.export.question_answerer`), which
+        answers by rules of its own: its logits within `FLOAT_TOLERANCE` of the
+        Keras model's, and on ASCII questions (where its inputs are kbert's)
+        its best answer the one its rules pick from the Keras logits.
+        """
+        if "emulation" in entry:
+            emulation = entry["emulation"]
+            entry["budget"] = (
+                f"logits within {FLOAT_TOLERANCE:g}; on ASCII questions the runtime's answer is its "
+                "rules' on the Keras logits"
+            )
+            entry["passed"] = bool(
+                entry["max_abs_diff"] <= FLOAT_TOLERANCE
+                and emulation["top_answer_agreement"] in (1.0, None)
+                and emulation["max_abs_logit_diff"] <= 2 * FLOAT_TOLERANCE
+            )
+            return entry
+        score_diff = entry.get("max_abs_score_diff") or 0.0
+        entry.setdefault("max_abs_diff", score_diff)
+        if entry["quantization"] == "none":
+            entry["budget"] = f"max_abs_diff <= {FLOAT_TOLERANCE:g}, every answer the Keras model's"
+            entry["passed"] = bool(
+                entry["max_abs_diff"] <= FLOAT_TOLERANCE
+                and score_diff <= 2 * FLOAT_TOLERANCE  # a score adds two logits
+                and entry.get("answer_agreement", 1.0) == 1.0
+            )
+            return entry
+        budget = self.budgets[entry["quantization"]]
+        drop = reference_figures[self.metric] - entry[self.metric]
+        entry["metric_drop"] = round(drop, 6)
+        entry["budget"] = f"{self.metric} drop <= {budget:g} points"
+        entry["passed"] = bool(drop <= budget + 1e-9)
+        return entry
+
+    def oracle_outputs(self, examples, encoded, peak=10.0):
+        """The logits a perfect model would give `encoded`'s rows, and what it can answer.
+
+        Every row scores 0 everywhere but, for an answerable question,
+        `peak` at the start and end pieces of its first gold answer that these
+        rules can give back (in every window that holds it whole); for an
+        unanswerable one, at [CLS].
+
+        Returns:
+            (dict of float32 `(rows, sequence_length)` arrays keyed by
+            `outputs`, list of str: each question's `ORACLE_STATUSES` entry).
+        """
+        questions = encoded.extra["questions"]
+        answer_ids = iter(squad.tokenize(self.tokenizer, [a["text"] for e in examples for a in e["answers"]]))
+        spans, statuses = [], []
+        for example, question in zip(examples, questions):
+            found = [(self._oracle_status(question, answer, next(answer_ids)), answer) for answer in example["answers"]]
+            usable = [span for (status, span), _ in found if status == "answerable"]
+            statuses.append("unanswerable" if not found else "answerable" if usable else found[0][0][0])
+            spans.append(usable[0] if usable else None)
+        start = np.zeros(encoded.features["token_ids"].shape, np.float32)
+        end = np.zeros_like(start)
+        for row, (q, w) in enumerate(zip(encoded.example_of_row, encoded.extra["windows"])):
+            if statuses[q] == "unanswerable":
+                start[row, 0] = end[row, 0] = peak
+            elif spans[q] is not None:
+                first, length = questions[q].windows[w]
+                offset = len(questions[q].query) + 2
+                if first <= spans[q][0] and spans[q][1] < first + length:
+                    start[row, spans[q][0] - first + offset] = peak
+                    end[row, spans[q][1] - first + offset] = peak
+        return {"start_logits": start, "end_logits": end}, statuses
+
+    def _oracle_status(self, question, answer, answer_ids):
+        """`(status, span)` of one gold answer (see `ORACLE_STATUSES`)."""
+        span = squad.answer_token_span(question.context, answer, answer_ids)
+        if span is None:
+            return "not found by run_squad.py", None
+        if _span_text(question.context, span) != answer["text"].strip():
+            return "changed by the tokenizer", None
+        if span[1] - span[0] + 1 > self.max_answer_length:
+            return "longer than max_answer_length", None
+        masks = squad.max_context(question.windows, len(question.context))
+        if not any(
+            first <= span[0] and span[1] < first + length and mask[span[0] - first]
+            for (first, length), mask in zip(question.windows, masks)
+        ):
+            return "not whole in its start's max-context window", None
+        return "answerable", span
+
+
+# What `oracle_outputs` says of each question: a perfect model answers the
+# first two; the others no model can answer under these rules.
+ORACLE_STATUSES = (
+    "answerable",
+    "unanswerable",
+    "not found by run_squad.py",  # its split() sees spaces the context's words do not have
+    "changed by the tokenizer",  # an answer inside a word ("Japan" in "Japanese")
+    "longer than max_answer_length",
+    # Counted only where its start has the most context (a long answer near a window's end).
+    "not whole in its start's max-context window",
+)
+
+
+def _span_logits(logits, padding_mask):
+    """`start_logits` and `end_logits` from the `(batch, length, 2)` logits, padding at `PADDING_LOGIT`.
+
+    With padding out of the softmax, a training row cut to its bucket and the
+    same row padded to the full length give the same loss, and every runtime
+    gives the same padded logits.
+    """
+    from keras import ops
+
+    padding = ops.equal(padding_mask, 0)
+    start, end = ops.unstack(logits, 2, axis=-1)
+    return {"start_logits": ops.where(padding, PADDING_LOGIT, start), "end_logits": ops.where(padding, PADDING_LOGIT, end)}
+
+
+class Question:
+    """One question as run_squad.py's features need it.
+
+    Attributes:
+        query: int32 array. The question's pieces, cut to `max_query_length`.
+        context: `squad.Context`, shared by the questions of a paragraph.
+        windows: list of `(start, length)` piece windows of the context.
+        target: `(start, end)` pieces of the first answer, `(-1, -1)` for an
+            unanswerable question, None for one whose answer run_squad.py
+            cannot find (skipped in training) or without targets.
+        answer: str or None. The first answer's text.
+        skipped: bool. No target.
+    """
+
+    __slots__ = ("query", "context", "windows", "target", "answer", "skipped")
+
+    def __init__(self, query, context, windows, target, answer=None):
+        self.query, self.context, self.windows = query, context, windows
+        self.target, self.answer = target, answer
+        self.skipped = target is None
+
+
+def train_figures(questions, rows):
+    """What `train_dataset` made of the training questions (for metrics.json)."""
+    answerable = [q for q in questions if q.target != (-1, -1)]
+    return {
+        "train_questions": len(questions),
+        "train_questions_skipped": sum(q.skipped for q in questions),
+        "train_answerable": len(answerable),
+        # Trained on all the same, as run_squad.py does ("Japan" in "Japanese").
+        "train_answers_the_tokenizer_changed": sum(
+            not q.skipped and _span_text(q.context, q.target) != q.answer.strip() for q in answerable
+        ),
+        "train_rows": int(len(rows)),
+        "context_words_with_offset_fallback": sum({id(q.context): q.context.fallbacks for q in questions}.values()),
+    }
+
+
+def _integer(name, value, smallest):
+    """An integer option's value (command-line values are strings); `ValueError` naming it."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.lstrip("-").isdigit() or int(text) < smallest:
+        raise ValueError(f"{name}={value!r}; expected an integer of at least {smallest}")
+    return int(text)
+
+
+def _question_and_window(questions, row):
+    return questions[row[0]], int(row[1])
+
+
+def _span_text(context, span):
+    return context.text[context.piece_starts[span[0]] : context.piece_ends[span[1]]]
+
+
+def _prediction(context, result, n_best_size):
+    """run_squad.py's n-best list of one question: deduplicated by text, with
+    softmax probabilities; the best non-null entry and the null entry."""
+    nbest, seen = [], set()
+    for start, end, score in result["nbest"]:
+        if len(nbest) >= n_best_size:
+            break
+        text = "" if start is None else context.text[context.piece_starts[start] : context.piece_ends[end]]
+        if start is not None and text in seen:
+            continue
+        seen.add(text)
+        char_start = None if start is None else int(context.piece_starts[start])
+        char_end = None if start is None else int(context.piece_ends[end])
+        nbest.append({"text": text, "start": char_start, "end": char_end, "score": float(score)})
+    if result["null_score"] is not None and "" not in seen:
+        nbest.append({"text": "", "start": None, "end": None, "score": float(result["null_score"])})
+    for entry, probability in zip(nbest, squad.softmax([entry["score"] for entry in nbest])):
+        entry["probability"] = probability
+    best = next((entry for entry in nbest if entry["text"]), None)
+    null = next((entry for entry in nbest if not entry["text"]), None)
+    prediction = {"best": best, "null": null if result["null_score"] is not None else None, "null_score_diff": None}
+    if result["null_score"] is not None:
+        prediction["null_score_diff"] = float(result["null_score"]) - best["score"] if best else float("inf")
+    return prediction
+
+
+def _served_predictions(outputs):
+    """Predictions from `serving_default`'s outputs (answers chosen in the graph)."""
+    predictions = []
+    null_diffs = outputs.get("null_score_diff")
+    for i, text in enumerate(outputs["answer"]):
+        text = text.decode("utf-8") if isinstance(text, bytes) else str(text)
+        start, end = int(outputs["answer_start"][i]), int(outputs["answer_end"][i])
+        found = start != NO_OFFSET
+        predictions.append({
+            "answer": {
+                "text": text,
+                "start": start if found else None,
+                "end": end if found else None,
+                "score": float(outputs["score"][i]) if found else None,
+            },
+            "best_score": float(outputs["best_score"][i]),
+            "null_score_diff": None if null_diffs is None else float(null_diffs[i]),
+        })
+    return predictions
+
+
+def _best_score(prediction):
+    if "best_score" in prediction:
+        return prediction["best_score"]
+    return prediction["best"]["score"] if prediction.get("best") else None
+
+
+def _float(value):
+    return None if value is None or not np.isfinite(value) else float(value)
