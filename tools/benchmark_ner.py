@@ -13,7 +13,10 @@ on a CoNLL file (CoNLL-2003's dev set by default):
 - the training run's figures from the folder's `metrics.json` (wall clock,
   sequences per second, epochs) and its settings from `kbert.json`;
 - with `--export`, each artefact of a `kbert export` report: F1 and batch-1
-  latency.
+  latency;
+- with `--window-lengths 32,24`, what max-context windows gain: the model
+  read at each shorter sequence length, once in windows (every word tagged)
+  and once truncated to one window (the words past it read as `O`).
 
 The load average before and after is printed, as the machine may be shared.
 Prints one JSON object; `--out FILE` writes it too.
@@ -26,6 +29,8 @@ import json
 import os
 import sys
 import time
+
+import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,6 +45,10 @@ def parse_args(argv=None):
     parser.add_argument("--model", required=True, help="a token-classification model folder")
     parser.add_argument("--data", default=DEFAULT_DATA, help="a labelled CoNLL or JSON Lines file")
     parser.add_argument("--export", help="an export folder of the model (its report.json)")
+    parser.add_argument(
+        "--window-lengths", type=lengths, default=[],
+        help="comma-separated sequence lengths to read the model at, windowed and truncated",
+    )
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
     if not os.path.isfile(args.data):
@@ -47,6 +56,46 @@ def parse_args(argv=None):
     if args.export and not os.path.isfile(os.path.join(args.export, "report.json")):
         parser.error(f"--export {args.export}: no report.json there")
     return args
+
+
+def lengths(value):
+    """`--window-lengths`: comma-separated whole numbers of at least 3 (a window holds a piece)."""
+    try:
+        values = [int(part) for part in value.split(",") if part]
+    except ValueError:
+        values = None
+    if not values or min(values) < 3:
+        raise argparse.ArgumentTypeError(f"{value!r}; expected lengths of at least 3, e.g. 32,24")
+    return values
+
+
+def window_figures(folder, examples, sequence_length):
+    """Entity F1 of the model read at `sequence_length`: in windows, and truncated to one."""
+    from kbert.tasks.token_classification import entity_metrics
+
+    trained = folder.task
+    folder.task = type(trained)(trained.tokenizer, sequence_length, **trained.settings())
+    try:
+        gold = [example["tags"] for example in examples]
+        windowed = [p["tags"] for p in folder.predict(examples, batch_size=BATCH_SIZE)]
+        # Truncated: the words whose pieces fit one window; the rest are read as O.
+        pieces = folder.task._word_ids(examples).row_lengths(axis=2).to_list()
+        kept = [int(np.searchsorted(np.cumsum(counts), sequence_length - 2, side="right")) for counts in pieces]
+        cut = [
+            {**example, "words": example["words"][:n], "tags": example["tags"][:n]}
+            for example, n in zip(examples, kept)
+            if n
+        ]
+        cut_tags = iter(p["tags"] for p in folder.predict(cut, batch_size=BATCH_SIZE))
+        truncated = [(next(cut_tags) if n else []) + ["O"] * (len(e["words"]) - n) for e, n in zip(examples, kept)]
+    finally:
+        folder.task = trained
+    return {
+        "sequence_length": sequence_length,
+        "sentences_over_one_window": sum(n < len(e["words"]) for e, n in zip(examples, kept)),
+        "windowed_f1": entity_metrics(gold, windowed)["f1"],
+        "truncated_f1": entity_metrics(gold, truncated)["f1"],
+    }
 
 
 def raw_text_figures(task, folder, examples):
@@ -104,6 +153,7 @@ def main(argv=None):
             "words_per_second": round(words / seconds, 1),
         },
     }
+    result["windows"] = [window_figures(folder, examples, length) for length in args.window_lengths]
     if args.export:
         report = json.load(open(os.path.join(args.export, "report.json"), encoding="utf-8"))
         result["export"] = {
