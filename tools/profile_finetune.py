@@ -1,0 +1,170 @@
+"""Where one epoch of `kbert finetune` spends its time: prints one JSON object.
+
+Builds the model, optimizer and length-bucketed batches the way `kbert
+finetune` does (`kbert.training.finetune`), then fits one epoch with a
+callback that times every step, and separately times what the fit also pays
+for: reading the batches alone (the input pipeline), the dev evaluation, and
+the epoch checkpoint. Step times are split by padded length; the first step of
+each length includes tracing (`tf.function` retraces per new shape).
+
+Variants switch one thing at a time, each fitted on the same batches:
+`--no-dropout` (dropout costs random numbers on CPU), `--bucket-width N`
+(padding multiple), `--xla`, `--dtype`.
+
+    python tools/profile_finetune.py --train data/debian-packages/train.csv \\
+        --dev data/debian-packages/dev.csv --steps 60
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+import keras  # noqa: E402
+
+
+def parse_args(argv=None):
+    from kbert.cliargs import positive_int
+    from kbert.tasks import TASKS
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default="text-classification", choices=list(TASKS))
+    parser.add_argument("--train", required=True)
+    parser.add_argument("--dev", required=True)
+    parser.add_argument("--init", default="all-minilm-l6-v2")
+    parser.add_argument("--seq-len", type=positive_int, default=128)
+    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--steps", type=positive_int, default=None, help="steps to fit (default: one epoch)")
+    parser.add_argument("--dtype", default="mixed_bfloat16")
+    parser.add_argument("--xla", action="store_true")
+    parser.add_argument("--no-dropout", action="store_true", help="set every Dropout rate to 0")
+    parser.add_argument("--bucket-width", type=positive_int, default=None)
+    return parser.parse_args(argv)
+
+
+class StepTimer(keras.callbacks.Callback):
+    """Keeps each training step's wall-clock."""
+
+    def __init__(self):
+        super().__init__()
+        self.seconds = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seconds.append(time.perf_counter() - self._start)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import numpy as np
+
+    import kbert.tasks.base as task_base
+    from kbert.checkpoints.huggingface import init_encoder
+    from kbert.tasks import get_task
+    from kbert.text import WordPieceTokenizer
+    from kbert.training.optimizers import make_optimizer
+
+    if args.bucket_width:
+        task_base.BUCKET_WIDTH = args.bucket_width
+    task_class = get_task(args.task)
+    options = task_class.resolve_options(None)
+    train = task_class.read(args.train, options)
+    dev = task_class.read(args.dev, options)
+    keras.utils.set_random_seed(0)
+    config, encoder, vocabulary, lowercase = init_encoder(args.init, dtype=args.dtype)
+    task = task_class(WordPieceTokenizer(vocabulary, lowercase=lowercase), args.seq_len,
+                      **task_class.learn(train, args.train))
+    task.use_options(options)
+
+    def batches():
+        return task.train_dataset(train, args.batch_size, seed=0)
+
+    ds, steps = batches()
+    steps = min(steps, args.steps or steps)
+    # The padded length of each batch, in the order fit will see them.
+    lengths = [int(features["token_ids"].shape[1]) for features, _ in ds.take(steps)]
+    start = time.perf_counter()
+    for _ in batches()[0].take(steps):
+        pass
+    pipeline_seconds = time.perf_counter() - start
+
+    model = task.build_model(encoder, dtype=args.dtype)
+    if args.no_dropout:
+        for layer in model._flatten_layers():
+            if isinstance(layer, keras.layers.Dropout):
+                layer.rate = 0.0
+            if hasattr(layer, "dropout_rate"):
+                layer.dropout_rate = 0.0
+    model.compile(
+        optimizer=make_optimizer("adamw", 5e-5, steps, warmup_steps=steps // 10, dtype=args.dtype),
+        jit_compile=args.xla,
+        **task.compile_args(),
+    )
+    timer = StepTimer()
+    start = time.perf_counter()
+    model.fit(batches()[0].take(steps), epochs=1, steps_per_epoch=steps, callbacks=[timer], verbose=0)
+    fit_seconds = time.perf_counter() - start
+
+    by_length = {}
+    seen = set()
+    first = {}
+    for length, seconds in zip(lengths, timer.seconds):
+        if length not in seen:
+            seen.add(length)
+            first[length] = seconds
+            continue
+        by_length.setdefault(length, []).append(seconds)
+    steady = {
+        str(length): {
+            "steps": len(values),
+            "median_s": round(statistics.median(values), 4),
+            "sequences_per_s": round(args.batch_size / statistics.median(values), 2),
+        }
+        for length, values in sorted(by_length.items())
+    }
+    steady_total = sum(statistics.median(by_length.get(L, [first[L]])) for L in lengths)
+
+    dev_encoded = task.encode(dev)
+    start = time.perf_counter()
+    task.run(model, dev_encoded.features, args.batch_size)
+    eval_seconds = time.perf_counter() - start
+
+    with tempfile.TemporaryDirectory(prefix="kbert-profile-") as work:
+        start = time.perf_counter()
+        model.save(os.path.join(work, "model.keras"))
+        save_seconds = time.perf_counter() - start
+
+    padded = np.array(lengths)
+    report = {
+        "task": task.name,
+        "settings": {k: getattr(args, k) for k in ("seq_len", "batch_size", "dtype", "xla", "no_dropout", "bucket_width")},
+        "steps": steps,
+        "mean_padded_length": round(float(padded.mean()), 1),
+        "fit_seconds": round(fit_seconds, 1),
+        "steps_seconds": round(sum(timer.seconds), 1),
+        "steady_state_seconds": round(steady_total, 1),
+        "first_step_of_each_length_s": {str(k): round(v, 2) for k, v in sorted(first.items())},
+        "steady_step_by_length": steady,
+        "input_pipeline_alone_seconds": round(pipeline_seconds, 1),
+        "dev_predict_seconds": round(eval_seconds, 1),
+        "dev_examples": len(dev),
+        "model_save_seconds": round(save_seconds, 1),
+        "fit_sequences_per_s": round(steps * args.batch_size / fit_seconds, 2),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                    "load_average": [round(x, 2) for x in os.getloadavg()]},
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
