@@ -131,6 +131,7 @@ def main(argv=None):
         for i, j, cosine in silver:
             writer.writerow([sentences[i], sentences[j], f"{min(max(a * cosine + b, low), high):.4f}"])
 
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     write_file(args.out, write, mode="w", encoding="utf-8", newline="")
     print(json.dumps({
         "out": args.out,
