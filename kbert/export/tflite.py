@@ -41,21 +41,24 @@ from kbert.export.options import CALIBRATED, DEFAULT_THREADS, SUPPORTED
 
 TFLITE_QUANTIZATIONS = SUPPORTED["tflite"]
 # The int8 recipe, applied with Google's AI Edge Quantizer to the float
-# model (measured on the Debian classifier, MiniLM-L6 at length 128, 950 dev
-# texts, against the float file; tools/benchmark_int8.py):
+# model. Measured on the Debian classifier (MiniLM-L6, length 128, 950 dev
+# texts, 100 calibration texts; tools/benchmark_int8.py, 2 loaded cores):
+# 22.3 MiB, accuracy 86.95 (float 86.63), 99.2% top-1 agreement with the
+# float file, 7.4 ms against dynamic int8's 7.2 ms in the same run.
 # - the FULLY_CONNECTED matmuls: int8 weights (per output channel) and int8
 #   activations with ranges from calibration (static);
 # - except each block's feed-forward output matmul (`FEED_FORWARD_OUTPUT`),
-#   whose input, the GELU's output, has one channel 4-5x larger than the
-#   rest (25 against <= 5.8 in MiniLM's first block): one calibrated range
-#   for all channels cost 1 point of accuracy and 5% top-1 agreement with
-#   every matmul static; int8 weights, activations quantized per run
-#   (dynamic) keep the agreement at 99.2%;
-# - the GATHERs (the embedding tables): int8, 23% of the file;
-# - float32: LayerNorm, softmax, GELU and the attention BATCH_MATMULs. Static
-#   int8 for these lost ~35 points with the TFLite converter's full-integer
-#   recipe; int8 BATCH_MATMUL has no XNNPACK kernel and added 10 ms (17.8 ms
-#   against 7.3 ms on 2 cores).
+#   whose input, the GELU's output, has one channel 4x larger than the rest
+#   (25 against <= 5.8 in MiniLM's first block): with it static too, one
+#   range for all channels cost a point (85.68) and 4% of agreement (95.3%);
+#   it keeps int8 weights, its activations quantized per run (dynamic);
+# - the GATHERs: int8 embedding tables (11 of the 22 MiB);
+# - float32: LayerNorm, softmax, GELU and the attention BATCH_MATMULs. The
+#   converter's full-integer int8 of these fails at run time (the softmax
+#   renormalisation divides by an int8 zero) and took 50 ms; with int8
+#   BATCH_MATMULs (no XNNPACK kernel) the file took 17.8 ms.
+# Static int8 matmuls run no faster than dynamic ones on XNNPACK; what stays
+# float is the same in both, so int8 is not faster than `dynamic` here.
 INT8_STATIC_OPS = ("FULLY_CONNECTED", "GATHER")
 INT8_DYNAMIC_SCOPE = rf"(^|;){FEED_FORWARD_OUTPUT}(_\d+)?/"
 # The custom ops of the text variant, all registered by
