@@ -323,3 +323,26 @@ def test_tflite_int8_has_int8_matmuls(tmp_path):
         logits[quantization] = tflite.TfliteRunner(path, threads=1).run(inputs)["logits"]
     assert np.corrcoef(logits["int8"].ravel(), logits["none"].ravel())[0, 1] >= INT8_MIN_CORRELATION
     assert np.mean(logits["int8"].argmax(-1) == logits["none"].argmax(-1)) >= INT8_MIN_AGREEMENT
+
+
+def test_benchmark_int8_tool(model_folder, tmp_path, capsys):
+    """tools/benchmark_int8.py on the tiny model: three files, their figures and timings."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "benchmark_int8.py")
+    spec = importlib.util.spec_from_file_location("benchmark_int8", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    out = tmp_path / "files"
+    tool.main([
+        "--model", model_folder, "--data", DEV_CSV, "--calibration", TRAIN_CSV, "--out", str(out),
+        "--max-examples", "8", "--calibration-examples", "8", "--runs", "3", "--warmup", "1",
+    ])
+    report = json.loads(capsys.readouterr().out)
+    assert sorted(os.listdir(out)) == [f"model_{q}.tflite" for q in ("dynamic", "int8", "none")]
+    for quantization, entry in report["artefacts"].items():
+        assert entry["size_bytes"] == os.path.getsize(out / f"model_{quantization}.tflite")
+        assert entry["latency"]["runs"] == 3 and 0 <= entry["accuracy"] <= 1
+        assert 0 <= entry["versus_float"]["top1_agreement"] <= 1
+    assert report["artefacts"]["none"]["versus_float"]["max_abs_diff"] == 0
+    assert len(report["targets"]) == 4
