@@ -268,3 +268,81 @@ def test_report_markdown():
     assert "23.0 MiB" in markdown and "Attention 6" in markdown
     assert "Keras model: accuracy 81.20, macro_f1 71.00, 30.00 ms." in markdown
     json.dumps(report)
+
+
+# The tiny random classifier's logits are small (|logit| <= 0.13) and close
+# together, so its int8 file is held to the float file's by correlation and
+# top-1 agreement over 32 rows (measured 0.95 and 31 of 32).
+INT8_MIN_CORRELATION = 0.9
+INT8_MIN_AGREEMENT = 0.9
+
+
+def _op_input_types(model_bytes):
+    """(op name, dtypes of its inputs, output tensor name) for each op of a .tflite model."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=model_bytes)
+    tensors = {t["index"]: t for t in interpreter.get_tensor_details()}
+    return [
+        (
+            op["op_name"],
+            [np.dtype(tensors[i]["dtype"]).name for i in op["inputs"] if i >= 0],
+            tensors[op["outputs"][0]]["name"],
+        )
+        for op in interpreter._get_ops_details()
+    ]
+
+
+def test_tflite_int8_has_int8_matmuls(tmp_path):
+    """int8 weights on every matmul, int8 activations on all but the feed-forward outputs."""
+    from kbert.export import tflite
+    from kbert.export.graph import FEED_FORWARD_OUTPUT
+
+    task = classifier_task()
+    model = task.build_model(TINY.replace(vocab_size=50, initializer_range=0.2))
+    source = str(tmp_path / "source")
+    tflite.write_token_source(task, model, SEQUENCE_LENGTH, source)
+    calibration = tiny_inputs(50, batch=32, length=SEQUENCE_LENGTH, seed=1)
+    models = {q: tflite.convert_tokens(source, q, calibration) for q in ("none", "int8")}
+
+    ops = _op_input_types(models["int8"])
+    matmuls = [(types, name) for op, types, name in ops if op == "FULLY_CONNECTED"]
+    # Two blocks (QKV, attention output, feed-forward in and out), pooler, classifier.
+    assert len(matmuls) == 2 * 4 + 2
+    assert all(types[1] == "int8" for types, _ in matmuls)
+    feed_forward = [types for types, name in matmuls if FEED_FORWARD_OUTPUT in name]
+    assert len(feed_forward) == 2 and all(types[0] == "float32" for types in feed_forward)
+    assert sum(types[:2] == ["int8", "int8"] for types, _ in matmuls) == len(matmuls) - 2
+    assert all(types[0] == "int8" for op, types, _ in ops if op == "GATHER")
+
+    inputs = tiny_inputs(50, batch=32, length=SEQUENCE_LENGTH, seed=2)
+    logits = {}
+    for quantization, model_bytes in models.items():
+        path = str(tmp_path / f"model_{quantization}.tflite")
+        tflite.write_bytes(path, model_bytes)
+        logits[quantization] = tflite.TfliteRunner(path, threads=1).run(inputs)["logits"]
+    assert np.corrcoef(logits["int8"].ravel(), logits["none"].ravel())[0, 1] >= INT8_MIN_CORRELATION
+    assert np.mean(logits["int8"].argmax(-1) == logits["none"].argmax(-1)) >= INT8_MIN_AGREEMENT
+
+
+def test_benchmark_int8_tool(model_folder, tmp_path, capsys):
+    """tools/benchmark_int8.py on the tiny model: three files, their figures and timings."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "benchmark_int8.py")
+    spec = importlib.util.spec_from_file_location("benchmark_int8", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    out = tmp_path / "files"
+    tool.main([
+        "--model", model_folder, "--data", DEV_CSV, "--calibration", TRAIN_CSV, "--out", str(out),
+        "--max-examples", "8", "--calibration-examples", "8", "--runs", "3", "--warmup", "1",
+    ])
+    report = json.loads(capsys.readouterr().out)
+    assert sorted(os.listdir(out)) == [f"model_{q}.tflite" for q in ("dynamic", "int8", "none")]
+    for quantization, entry in report["artefacts"].items():
+        assert entry["size_bytes"] == os.path.getsize(out / f"model_{quantization}.tflite")
+        assert entry["latency"]["runs"] == 3 and 0 <= entry["accuracy"] <= 1
+        assert 0 <= entry["versus_float"]["top1_agreement"] <= 1
+    assert report["artefacts"]["none"]["versus_float"]["max_abs_diff"] == 0
+    assert len(report["targets"]) == 4

@@ -26,6 +26,7 @@ import tensorflow as tf
 from kbert.export import onnx as onnx_export
 from kbert.export import savedmodel, tflite, verify
 from kbert.export.options import (
+    CALIBRATED,
     DEFAULT_CALIBRATION_EXAMPLES,
     DEFAULT_LATENCY_RUNS,
     DEFAULT_THREADS,
@@ -44,8 +45,6 @@ from kbert.text import save_vocab
 # Examples in the REST example.
 REST_EXAMPLES = 2
 BATCH_SIZE = 64
-# Quantizations calibrated on training examples.
-CALIBRATED = ("int8", "16x8")
 
 
 def export_model(
@@ -309,7 +308,7 @@ def _export(folder, staging, scratch, name, plan, examples, calibration_set, thr
         for quantization in tflite_quantizations:
             log(f"TFLite: converting ({quantization})")
             path = os.path.join(tflite_dir, f"model_{quantization}.tflite")
-            model_bytes = tflite.convert_tokens(source, quantization, calibration)
+            model_bytes = tflite.convert_tokens(source, quantization, calibration, threads)
             ops = tflite.check_ops(model_bytes)
             tflite.write_bytes(path, model_bytes)
             runner = tflite.TfliteRunner(path, threads)

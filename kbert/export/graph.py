@@ -48,6 +48,10 @@ MASK_BIAS = -10000.0
 # Float32 logits of the two forward passes agree to rounding error (measured
 # ~1e-6 on MiniLM); the bound leaves an order of magnitude.
 GRAPH_TOLERANCE = 1e-5
+# The name scope of each block's feed-forward output matmul in the TFLite
+# graph: its input, the activation's output, has the outlier channels that
+# int8 quantization must treat apart (`kbert.export.tflite`).
+FEED_FORWARD_OUTPUT = "feed_forward_output"
 
 
 def model_outputs(task, model, features, target="onnx"):
@@ -211,4 +215,10 @@ def _encoder_block(x, block, attention_bias, target, first_token_only=False):
     context = tf.reshape(context, [batch, length, heads * head_size])
     x = _layer_norm(x + _dense(context, attention.output_dense), block.attention_layer_norm)
     hidden = _activation(block.activation, _dense(x, block.intermediate_dense), target)
-    return _layer_norm(x + _dense(hidden, block.output_dense), block.output_layer_norm)
+    if target == "tflite":
+        # Named so that the int8 quantizer finds these matmuls (kbert.export.tflite).
+        with tf.name_scope(FEED_FORWARD_OUTPUT):
+            output = _dense(hidden, block.output_dense)
+    else:
+        output = _dense(hidden, block.output_dense)
+    return _layer_norm(x + output, block.output_layer_norm)

@@ -17,6 +17,8 @@ SUPPORTED = {
 # the MediaPipe task that runs them (`Task.mediapipe`).
 COMMON_FORMATS = ("savedmodel", "tflite", "onnx")
 REPORT_FILE = "report.json"
+# The quantizations calibrated on example inputs (training texts).
+CALIBRATED = ("int8", "16x8")
 # Static int8 and 16x8 ranges come from this many calibration texts; on
 # MiniLM, 300 gave no better int8 accuracy than 100 (and took three times as
 # long to calibrate).
