@@ -14,6 +14,7 @@ from kbert.cliargs import (
     add_task_options,
     fraction,
     learning_rate,
+    positive_float,
     positive_fraction,
     positive_int,
 )
@@ -61,8 +62,15 @@ def _check_output_file(path, overwrite):
         raise CliError(f"{path} exists; pass --overwrite to replace it")
 
 
-def _task_options(args, names):
-    """The task data options given on the command line (None where not given)."""
+def _task_options(args, names=None):
+    """The task data options given on the command line (None where not given).
+
+    `names`: the options to take; default every task's.
+    """
+    if names is None:
+        from kbert.tasks import TASKS
+
+        names = {o.name for task in TASKS.values() for o in task.options}
     return {name: getattr(args, name, None) for name in names}
 
 
@@ -99,18 +107,49 @@ def cmd_finetune(args):
     _print_json({"model": args.out, "task": args.task, "dev": summary})
 
 
+def cmd_distill(args):
+    from kbert.tasks import TASKS
+    from kbert.training.distill import distill
+
+    metrics = distill(
+        args.teacher,
+        args.train,
+        args.dev,
+        args.out,
+        student=args.student,
+        unlabelled=args.unlabelled,
+        unlabelled_limit=args.unlabelled_limit,
+        temperature=args.temperature,
+        alpha=args.alpha,
+        options=_task_options(args),
+        sequence_length=args.seq_len,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        learning_rate=args.lr,
+        warmup_fraction=args.warmup,
+        weight_decay=args.weight_decay,
+        jit_compile=args.xla,
+        dtype=args.dtype,
+        seed=args.seed,
+        overwrite=args.overwrite,
+        deterministic=args.deterministic,
+    )
+    task = TASKS[metrics["distillation"]["task"]]
+    _print_json({
+        "model": args.out,
+        "task": task.name,
+        "dev": {**task.summary(metrics), "train_seconds": metrics["train_seconds"]},
+        "teacher_dev": task.summary(metrics["teacher"]),
+    })
+
+
 def _load_model_folder(args):
     """The model of `--model` (and `--task`) and its data options (stored, then given)."""
     from kbert.modelfolder import open_model
-    from kbert.tasks import TASKS
 
-    given = _task_options(args, {o.name for task in TASKS.values() for o in task.options})
+    given = _task_options(args)
     folder = open_model(args.model, args.task, given, args.seq_len)
-    stored = folder.settings.get("options") or {}
-    own = {o.name for o in folder.task.options}
-    options = {**stored, **{k: v for k, v in given.items() if v is not None and k in own}}
-    folder.task.use_options(options)
-    return folder, options
+    return folder, folder.use_options(given)
 
 
 def cmd_evaluate(args):
@@ -323,6 +362,31 @@ def cmd_pretrain(args):
     }))
 
 
+def _add_training_data(p):
+    p.add_argument("--train", required=True, help="training data, in the task's format")
+    p.add_argument("--dev", required=True, help="dev data, evaluated after training")
+
+
+def _add_training_arguments(p):
+    """What `finetune` and `distill` both take: batches, epochs, the optimizer, the output."""
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--epochs", type=positive_int, default=3)
+    p.add_argument("--lr", type=learning_rate, default=5e-5, help="peak learning rate, in (0, 1]")
+    p.add_argument("--warmup", type=fraction, default=0.1, help="share of the steps warming up")
+    p.add_argument("--weight-decay", type=fraction, default=0.01, help="AdamW's decoupled weight decay")
+    p.add_argument("--xla", action="store_true", help="compile the train step with XLA")
+    p.add_argument("--dtype", default=None, help="dtype policy, e.g. mixed_bfloat16")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="model folder to write (a new or empty folder)")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace --out if it is a kbert model folder"
+    )
+    p.add_argument(
+        "--deterministic", action="store_true",
+        help="TensorFlow op determinism: bitwise reproducible, also across a resume",
+    )
+
+
 def build_parser():
     from kbert.tasks import DEFAULT_TASK, EMBEDDING_TASK, TASKS
 
@@ -337,8 +401,7 @@ def build_parser():
         "--task", default=DEFAULT_TASK, choices=[task.name for task in trainable],
         help="the task; default %(default)s. " + "; ".join(f"{t.name}: {t.description}" for t in trainable),
     )
-    p.add_argument("--train", required=True, help="training data, in the task's format")
-    p.add_argument("--dev", required=True, help="dev data, evaluated after training")
+    _add_training_data(p)
     p.add_argument(
         "--init",
         required=True,
@@ -346,11 +409,7 @@ def build_parser():
     )
     p.add_argument("--vocab", help="vocab.txt (required when --init is a preset)")
     p.add_argument("--seq-len", type=positive_int, default=128)
-    p.add_argument("--batch-size", type=positive_int, default=32)
-    p.add_argument("--epochs", type=positive_int, default=3)
-    p.add_argument("--lr", type=learning_rate, default=5e-5, help="peak learning rate, in (0, 1]")
-    p.add_argument("--warmup", type=fraction, default=0.1, help="share of the steps warming up")
-    p.add_argument("--weight-decay", type=fraction, default=0.01, help="AdamW's decoupled weight decay")
+    _add_training_arguments(p)
     p.add_argument(
         "--layer-decay", type=positive_fraction, default=1.0,
         help="layer-wise learning-rate decay in (0, 1]; 1 is off",
@@ -360,25 +419,45 @@ def build_parser():
         help="end on a moving average of the weights with this momentum, e.g. 0.99",
     )
     p.add_argument("--reinit-pooler", action="store_true", help="re-initialise the pooler")
-    p.add_argument("--xla", action="store_true", help="compile the train step with XLA")
-    p.add_argument("--dtype", default=None, help="dtype policy, e.g. mixed_bfloat16")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--strategy",
         default="auto",
         help="tf.distribute strategy: auto, default, mirrored, multiworker or tpu; "
         "--batch-size is the global batch",
     )
-    p.add_argument("--out", required=True, help="model folder to write (a new or empty folder)")
-    p.add_argument(
-        "--overwrite", action="store_true", help="replace --out if it is a kbert model folder"
-    )
-    p.add_argument(
-        "--deterministic", action="store_true",
-        help="TensorFlow op determinism: bitwise reproducible, also across a resume",
-    )
     add_task_options(p)
     p.set_defaults(run=cmd_finetune)
+
+    p = sub.add_parser(
+        "distill",
+        help="knowledge distillation of a fine-tuned model folder into a smaller student",
+        description="Trains a student on the teacher's task from the gold labels and the "
+        "teacher's outputs (softened by --temperature for classifiers), and writes it as a "
+        "model folder of the teacher's task, labels, vocabulary and sequence length.",
+    )
+    p.add_argument("--teacher", required=True, help="the teacher's model folder (kbert finetune --out)")
+    _add_training_data(p)
+    p.add_argument(
+        "--student", default="every-other",
+        help="every-other (default: the teacher's blocks 1, 3, 5, ... counting from 0, with its "
+        "weights), layers:K (K evenly spaced blocks, the last kept, with its weights), a "
+        "BertConfig preset (random init) or a checkpoint as for finetune --init",
+    )
+    p.add_argument(
+        "--unlabelled",
+        help="extra texts without labels (one-text tasks): one sentence a line, a blank line "
+        "between documents, a document one text; .gz read too",
+    )
+    p.add_argument("--unlabelled-limit", type=positive_int, default=None, metavar="N",
+                   help="take at most N unlabelled texts")
+    p.add_argument("--temperature", type=positive_float, default=2.0,
+                   help="softens the teacher's and the student's distributions; default %(default)s")
+    p.add_argument("--alpha", type=fraction, default=0.5,
+                   help="weight of the gold labels' loss in [0, 1]; the teacher's takes 1 - alpha")
+    p.add_argument("--seq-len", type=positive_int, default=None, help="packed length (default: the teacher's)")
+    _add_training_arguments(p)
+    add_task_options(p, stored=True)
+    p.set_defaults(run=cmd_distill)
 
     p = sub.add_parser("evaluate", help="the task's metrics of a model on a labelled file, as JSON")
     add_model_arguments(p)

@@ -207,6 +207,21 @@ class ModelFolder:
         self.sequence_length = sequence_length
         self.task = type(self.task)(self.tokenizer, sequence_length, **self.task.settings())
 
+    def use_options(self, given=None):
+        """The data options: those stored with the model, then those `given` that its task takes.
+
+        Args:
+            given: dict. Option name -> value given (on the command line), or None.
+
+        Returns:
+            dict, which the task now uses (`Task.use_options`); read data with it.
+        """
+        stored = self.settings.get("options") or {}
+        own = {option.name for option in self.task.options}
+        options = {**stored, **{k: v for k, v in (given or {}).items() if v is not None and k in own}}
+        self.task.use_options(options)
+        return options
+
     # === The model ===
 
     @property

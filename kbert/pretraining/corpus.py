@@ -38,7 +38,11 @@ def read_documents(corpus):
     A blank line ends a document, and so does the end of a file. Empty
     documents are dropped, as google-research/bert drops them.
     """
-    documents = []
+    return list(iter_documents(corpus))
+
+
+def iter_documents(corpus):
+    """`read_documents`, one document at a time: a reader may stop early."""
     for path in corpus_files(corpus):
         document = []
         with open_text(path) as f:
@@ -47,11 +51,10 @@ def read_documents(corpus):
                 if line:
                     document.append(line)
                 elif document:
-                    documents.append(document)
+                    yield document
                     document = []
         if document:
-            documents.append(document)
-    return documents
+            yield document
 
 
 def line_dataset(corpus_or_lines):

@@ -2,10 +2,10 @@
 
 A task owns its data format, preprocessing, head, loss and metrics, what it
 stores in the model folder, what `predict` prints, its serving signature and
-the figure an exported artefact is judged by. The trainer
-(`kbert.training.finetune`), the model folder (`kbert.modelfolder`), the
-exporter (`kbert.export`) and the command line ask the task and never test
-its name. A task rests on `kbert.models` and `kbert.text` only.
+the figure an exported artefact is judged by. The trainers
+(`kbert.training.finetune`, `kbert.training.distill`), the model folder
+(`kbert.modelfolder`), the exporter (`kbert.export`) and the command line
+ask the task and never test its name. A task rests on `kbert.models` and `kbert.text` only.
 
 The life of a task instance:
 
@@ -214,9 +214,21 @@ class Task:
             bucket gives ceil(size / batch_size) batches whatever the shuffle;
             fit with `steps_per_epoch=batches_per_epoch`.
         """
+        return self.bucketed_dataset(self.encode(examples), batch_size, seed, epochs, first_epoch)
+
+    def bucketed_dataset(self, encoded, batch_size, seed=0, epochs=1, first_epoch=0):
+        """`train_dataset`'s batches of rows already encoded, with any targets.
+
+        Args:
+            encoded: `Encoded`. Its `targets` may be any structure of arrays
+                with one row each (`kbert distill` adds the teacher's
+                outputs); if the task `reads_sequence`, each row's targets
+                with an axis of their own are cut and padded along it as
+                the row's tokens are.
+            batch_size, seed, epochs, first_epoch: as for `train_dataset`.
+        """
         import tensorflow as tf
 
-        encoded = self.encode(examples)
         lengths = encoded.features["padding_mask"].sum(axis=1)
         padding = tf.nest.map_structure(
             lambda target: tf.constant(self.target_padding, tf.as_dtype(target.dtype)),
@@ -271,6 +283,36 @@ class Task:
             dict of `outputs`, float32.
         """
         raise NotImplementedError
+
+    # === Distillation (`kbert distill`) ===
+
+    # Whether `kbert distill --unlabelled` may add raw texts (`examples_from_texts`),
+    # trained on the teacher's outputs alone.
+    distills_unlabelled_text = False
+
+    def distillation_loss(self, temperature, alpha):
+        """The Keras loss a student of this task trains on (`kbert.tasks.distillation`).
+
+        Args:
+            temperature: float > 0. Softens the teacher's and the student's
+                distributions, for tasks that output them.
+            alpha: float in [0, 1]. The weight of the gold targets' loss; the
+                teacher's takes `1 - alpha`.
+        """
+        raise ValueError(f"task {self.name!r} cannot be distilled yet (kbert distill)")
+
+    def distillation_targets(self, targets, teacher_outputs, hard_weight):
+        """What `distillation_loss` compares the student's outputs with.
+
+        Args:
+            targets: the task's targets of the rows (`encode`'s).
+            teacher_outputs: dict. The teacher's outputs on the rows (`run`'s).
+            hard_weight: float32 `(rows,)`. 1 for a labelled row, 0 for an
+                unlabelled one.
+        """
+        from kbert.tasks.distillation import distillation_targets
+
+        return distillation_targets(targets, teacher_outputs[self.outputs[0]], hard_weight)
 
     # === Inference ===
 

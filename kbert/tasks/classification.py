@@ -90,6 +90,11 @@ class ClassificationTask(TextTask):
     def head(self, model, encoder_outputs, features):
         return {"logits": model.get_layer("logits")(encoder_outputs["pooled_output"])}
 
+    def distillation_loss(self, temperature, alpha):
+        from kbert.tasks.distillation import SoftTargetLoss
+
+        return SoftTargetLoss(temperature, alpha)
+
     # === Inference ===
 
     def decode(self, examples, encoded, outputs):

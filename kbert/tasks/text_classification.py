@@ -21,3 +21,5 @@ class TextClassification(ClassificationTask):
     target_option = "label_column"
     text_inputs = ("text",)
     mediapipe = "text_classifier"
+    # One text per example: a raw text is an example without a label.
+    distills_unlabelled_text = True

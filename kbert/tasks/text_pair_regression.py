@@ -68,6 +68,12 @@ class TextPairRegression(TextTask):
     def head(self, model, encoder_outputs, features):
         return {"score": model.get_layer("score")(encoder_outputs["pooled_output"])}
 
+    def distillation_loss(self, temperature, alpha):
+        """`alpha * MSE(gold) + (1 - alpha) * MSE(teacher's score)`; a score has no temperature."""
+        from kbert.tasks.distillation import ScoreDistillationLoss
+
+        return ScoreDistillationLoss(alpha)
+
     def decode(self, examples, encoded, outputs):
         return np.asarray(outputs["score"], np.float64).reshape(-1)
 

@@ -337,6 +337,12 @@ class TokenClassification(Task):
     def head(self, model, encoder_outputs, features):
         return {"logits": model.get_layer("logits")(encoder_outputs["sequence_output"])}
 
+    def distillation_loss(self, temperature, alpha):
+        """Per tagged token (each word's first piece), as the fine-tuning loss counts them."""
+        from kbert.tasks.distillation import SoftTargetLoss
+
+        return SoftTargetLoss(temperature, alpha, ignored=IGNORED)
+
     # === Inference ===
 
     def run(self, model, features, batch_size=64):

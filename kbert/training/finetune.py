@@ -160,11 +160,7 @@ def finetune(
         ValueError: bad input (named file and line), or `TrainingDiverged`.
     """
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-    for name, value in (("batch_size", batch_size), ("epochs", epochs)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r}; expected a positive integer")
-    if not (isinstance(learning_rate, (int, float)) and 0 < learning_rate <= 1):
-        raise ValueError(f"learning_rate={learning_rate!r}; expected a number in (0, 1]")
+    check_training_numbers(batch_size, epochs, learning_rate)
     if isinstance(strategy, str) and strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
     check_output_folder(out, "model", is_model_folder, overwrite)
@@ -179,11 +175,7 @@ def finetune(
     dev_examples = task_class.read(dev, options)
     task_settings = task_class.learn(train_examples, train)
 
-    if deterministic:
-        import tensorflow as tf
-
-        tf.config.experimental.enable_op_determinism()
-    keras.utils.set_random_seed(seed)
+    set_seeds(seed, deterministic)
     strategy = get_strategy(strategy)
     log_batch_sizes(strategy, batch_size)
     with strategy.scope():
@@ -207,17 +199,14 @@ def finetune(
         f"{len(dev_examples)} dev examples from {dev}")
     run = {
         "task": task.name, "task_settings": task.settings(), "options": options,
-        "train": _file_identity(train), "dev": _file_identity(dev), "init": init,
-        "vocab": _file_identity(vocab) if vocab else None, "lowercase": lowercase,
+        "train": file_identity(train), "dev": file_identity(dev), "init": init,
+        "vocab": file_identity(vocab) if vocab else None, "lowercase": lowercase,
         "sequence_length": sequence_length, "batch_size": batch_size, "epochs": epochs,
         "learning_rate": learning_rate, "warmup_fraction": warmup_fraction,
         "weight_decay": weight_decay, "layer_decay": layer_decay, "ema_momentum": ema_momentum,
         "reinit_pooler": reinit_pooler, "jit_compile": jit_compile, "dtype": dtype, "seed": seed,
     }
-    resume_dir = _resume_folder(out, run, log)
-    _, first_epoch, curve = AtomicBackup.restore_point(resume_dir)
-    if first_epoch:
-        log(f"resuming from the checkpoint of epoch {first_epoch} in {resume_dir}")
+    resume_dir, first_epoch, curve = resume_point(out, run, log)
     train_ds, steps_per_epoch = task.train_dataset(
         train_examples, batch_size, seed=seed, epochs=epochs, first_epoch=first_epoch
     )
@@ -245,44 +234,11 @@ def finetune(
             ),
             **task.compile_args(),
         )
-    if verbose == "auto":
-        verbose = 1 if sys.stdout.isatty() else 2
-    step_logger = _StepLossLogger(
-        every=max(1, steps_per_epoch // CURVE_POINTS_PER_EPOCH),
-        curve=curve or (),
-        step=first_epoch * steps_per_epoch,
+    figures = fit_epochs(
+        model, train_ds, steps_per_epoch, epochs, resume_dir, first_epoch, curve, len(train_examples),
+        strategy=strategy, validation_data=dev_ds, verbose=verbose,
     )
-    backup = AtomicBackup(resume_dir, lambda: step_logger.curve, strategy)
-    start = time.perf_counter()
-    try:
-        history = model.fit(
-            train_ds,
-            validation_data=dev_ds,
-            epochs=epochs,
-            steps_per_epoch=steps_per_epoch,
-            callbacks=[_StopOnNonFiniteLoss(resume_dir), step_logger, backup],
-            shuffle=False,  # the dataset shuffles itself
-            verbose=verbose,
-        )
-    except TrainingDiverged:
-        if AtomicBackup.restore_point(resume_dir)[0] is None:
-            shutil.rmtree(resume_dir, ignore_errors=True)  # no epoch to keep
-        raise
-    train_seconds = time.perf_counter() - start
-
-    outputs = task.run(model, dev_encoded.features, batch_size)
-    predictions = task.decode(dev_examples, dev_encoded, outputs)
-    tuned = task.tune(dev_examples, predictions)
-    metrics = {**task.evaluate(dev_examples, predictions), **tuned}
-    metrics.update(
-        train_examples=len(train_examples),
-        epochs=epochs,
-        train_seconds=round(train_seconds, 1),
-        train_sequences_per_second=round(len(train_examples) * (epochs - first_epoch) / train_seconds, 2),
-        resumed_from_epoch=first_epoch,
-        history={k: [float(v) for v in values] for k, values in history.history.items()},
-        training_curve=step_logger.curve,
-    )
+    metrics = {**dev_figures(task, model, dev_examples, dev_encoded, batch_size), **figures}
     settings = {
         "bert_config": config.to_dict(),
         "sequence_length": sequence_length,
@@ -298,6 +254,104 @@ def finetune(
     return metrics
 
 
+def check_training_numbers(batch_size, epochs, learning_rate):
+    """Raises `ValueError` naming a batch size, epoch count or learning rate out of range."""
+    for name, value in (("batch_size", batch_size), ("epochs", epochs)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r}; expected a positive integer")
+    if not (isinstance(learning_rate, (int, float)) and 0 < learning_rate <= 1):
+        raise ValueError(f"learning_rate={learning_rate!r}; expected a number in (0, 1]")
+
+
+def set_seeds(seed, deterministic=False):
+    """Seeds Python, NumPy and the backend; with `deterministic`, TensorFlow op determinism."""
+    if deterministic:
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
+    keras.utils.set_random_seed(seed)
+
+
+def resume_point(out, run, log):
+    """`(resume folder, epochs done, training curve so far)` of a run that writes `out`.
+
+    A folder holding an earlier run with other settings is removed (see
+    `_resume_folder`); without a checkpoint, the epochs done are 0.
+    """
+    resume_dir = _resume_folder(out, run, log)
+    _, first_epoch, curve = AtomicBackup.restore_point(resume_dir)
+    if first_epoch:
+        log(f"resuming from the checkpoint of epoch {first_epoch} in {resume_dir}")
+    return resume_dir, first_epoch, curve
+
+
+def fit_epochs(
+    model, train_ds, steps_per_epoch, epochs, resume_dir, first_epoch, curve, examples,
+    strategy=None, validation_data=None, verbose="auto",
+):
+    """`model.fit` from epoch `first_epoch`, checkpointing every epoch in `resume_dir`.
+
+    Keeps the training curve and stops with `TrainingDiverged` at the first
+    non-finite loss (removing `resume_dir` if it holds no complete epoch).
+
+    Args:
+        model: a compiled `keras.Model`.
+        train_ds: the batches of epochs `first_epoch` .. `epochs - 1`.
+        steps_per_epoch: int.
+        resume_dir, first_epoch, curve: what `resume_point` returned.
+        examples: int. Training examples an epoch, for the throughput.
+        strategy: the `tf.distribute.Strategy` training runs under, or None.
+        validation_data: passed to `fit`.
+        verbose: "auto" (1 on a terminal, else 2), 0, 1 or 2.
+
+    Returns:
+        dict for metrics.json: `train_examples`, `epochs`, `train_seconds`,
+        `train_sequences_per_second`, `resumed_from_epoch`, `history` and
+        `training_curve`.
+    """
+    if verbose == "auto":
+        verbose = 1 if sys.stdout.isatty() else 2
+    step_logger = _StepLossLogger(
+        every=max(1, steps_per_epoch // CURVE_POINTS_PER_EPOCH),
+        curve=curve or (),
+        step=first_epoch * steps_per_epoch,
+    )
+    backup = AtomicBackup(resume_dir, lambda: step_logger.curve, strategy)
+    start = time.perf_counter()
+    try:
+        history = model.fit(
+            train_ds,
+            validation_data=validation_data,
+            epochs=epochs,
+            steps_per_epoch=steps_per_epoch,
+            callbacks=[_StopOnNonFiniteLoss(resume_dir), step_logger, backup],
+            shuffle=False,  # the dataset shuffles itself
+            verbose=verbose,
+        )
+    except TrainingDiverged:
+        if AtomicBackup.restore_point(resume_dir)[0] is None:
+            shutil.rmtree(resume_dir, ignore_errors=True)  # no epoch to keep
+        raise
+    seconds = time.perf_counter() - start
+    return {
+        "train_examples": examples,
+        "epochs": epochs,
+        "train_seconds": round(seconds, 1),
+        "train_sequences_per_second": round(examples * (epochs - first_epoch) / seconds, 2),
+        "resumed_from_epoch": first_epoch,
+        "history": {k: [float(v) for v in values] for k, values in history.history.items()},
+        "training_curve": step_logger.curve,
+    }
+
+
+def dev_figures(task, model, examples, encoded, batch_size):
+    """The task's figures of `model` on the dev `examples`, after `task.tune` on them."""
+    outputs = task.run(model, encoded.features, batch_size)
+    predictions = task.decode(examples, encoded, outputs)
+    tuned = task.tune(examples, predictions)
+    return {**task.evaluate(examples, predictions), **tuned}
+
+
 def _reinitialise(dense, stddev):
     """Fresh weights for a Dense layer: truncated normal kernel, zero bias (BERT's init)."""
     dense.kernel.assign(keras.initializers.TruncatedNormal(stddev=stddev)(dense.kernel.shape))
@@ -305,7 +359,7 @@ def _reinitialise(dense, stddev):
         dense.bias.assign(keras.ops.zeros(dense.bias.shape))
 
 
-def _file_identity(path):
+def file_identity(path):
     """A file's absolute path, size and modification time: enough to tell a changed file."""
     stat = os.stat(path)
     return {"path": os.path.abspath(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}

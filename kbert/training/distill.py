@@ -1,0 +1,396 @@
+"""Knowledge distillation: a smaller student learns a fine-tuned teacher's task.
+
+`distill` reads a teacher model folder (what `kbert finetune` writes), builds
+a student (`build_student`), computes the teacher's outputs on the training
+rows once, in inference mode, and fits the student with `model.fit` on the
+task's distillation loss (`Task.distillation_loss`, `kbert.tasks.distillation`):
+the gold targets and the teacher's outputs, softened by a temperature for
+the classifiers (Hinton et al., 2015). The student is written as an
+ordinary model folder of the teacher's task, settings, vocabulary and
+sequence length, which `kbert evaluate`, `predict` and `export` take
+unchanged. Like the fine-tuning trainer, it never tests the task's name.
+
+Students (`student=`):
+
+| spec | the student |
+| --- | --- |
+| `every-other` | the teacher's encoder keeping blocks 1, 3, 5, ... (counting from 0: the 2nd, 4th, 6th of six), started from the teacher's weights (embeddings, kept blocks, pooler, task head) |
+| `layers:K` | K of the teacher's blocks, evenly spaced, the last always kept (block `(i + 1) * L // K - 1` for i < K), started from the teacher's weights |
+| a `BertConfig` preset | a fresh encoder of that shape, with the teacher's vocabulary |
+| a checkpoint | what `kbert finetune --init` takes (`init_encoder`); its vocabulary must be the teacher's |
+
+Example:
+>>> distill("runs/debian-minilm", "train.csv", "dev.csv", "runs/debian-l3")  # doctest: +SKIP
+"""
+
+import os
+import shutil
+import sys
+import time
+
+import keras
+import numpy as np
+
+from kbert.checkpoints.huggingface import PACKAGED_CHECKPOINTS, init_encoder
+from kbert.config import PRESETS, BertConfig
+from kbert.fileio import check_output_folder
+from kbert.modelfolder import MODEL_FILE, SETTINGS_FILE, ModelFolder, is_model_folder, write_model_folder
+from kbert.models import bert_encoder
+from kbert.pretraining.corpus import iter_documents
+from kbert.tasks import Encoded
+from kbert.training.distribute import compile_for_strategy
+from kbert.training.finetune import (
+    DEFAULT_WARMUP_FRACTION,
+    check_training_numbers,
+    dev_figures,
+    file_identity,
+    fit_epochs,
+    resume_point,
+    set_seeds,
+)
+from kbert.training.optimizers import DEFAULT_WEIGHT_DECAY, make_optimizer
+
+# DistilBERT's distillation script (Sanh et al., 2019) softens with T = 2 and
+# weighs its soft and hard losses alike.
+DEFAULT_TEMPERATURE = 2.0
+DEFAULT_ALPHA = 0.5
+EVERY_OTHER = "every-other"
+LAYERS_PREFIX = "layers:"
+BLOCK_PREFIX = "transformer_layer_"
+
+
+class Distiller(keras.Model):
+    """Trains `student` on a distillation loss, whose targets are a dict.
+
+    Keras's compiled losses take one target per output; a model with a
+    `compute_loss` of its own takes any structure (the pattern of keras.io's
+    "Knowledge Distillation" example). The weights are the student's: save
+    the student, not this.
+
+    Args:
+        student: keras.Model. The task's model.
+        loss: a `keras.losses.Loss` from `Task.distillation_loss`.
+    """
+
+    def __init__(self, student, loss, **kwargs):
+        super().__init__(**kwargs)
+        self.student = student
+        self.distillation_loss = loss
+        # The student is built, and this wrapper has no weights of its own.
+        self.built = True
+
+    def call(self, inputs, training=False):
+        return self.student(inputs, training=training)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        return self.distillation_loss(y, y_pred, sample_weight)
+
+
+def kept_layers(spec, num_layers):
+    """The teacher's blocks a `every-other` or `layers:K` student keeps, or None for other specs.
+
+    Raises `ValueError` naming `spec` if it keeps no block or more than the teacher has.
+    """
+    if spec == EVERY_OTHER:
+        kept = list(range(1, num_layers, 2))
+        if not kept:
+            raise ValueError(f"student={spec!r} of a 1-layer teacher keeps no layer; use layers:1")
+        return kept
+    if not spec.startswith(LAYERS_PREFIX):
+        return None
+    count = spec[len(LAYERS_PREFIX):]
+    if not count.isdigit() or not 1 <= int(count) <= num_layers:
+        raise ValueError(
+            f"student={spec!r}; expected layers:K with K from 1 to the teacher's {num_layers} layers"
+        )
+    count = int(count)
+    return [(i + 1) * num_layers // count - 1 for i in range(count)]
+
+
+def check_student(spec, num_layers):
+    """Raises `ValueError` naming `spec` unless it names a student (cheap: loads nothing)."""
+    if kept_layers(spec, num_layers) is not None or spec in PRESETS:
+        return
+    if not (os.path.isdir(spec) or spec in PACKAGED_CHECKPOINTS):
+        raise ValueError(
+            f"student={spec!r} is not {EVERY_OTHER}, layers:K, a BertConfig preset (such as "
+            f"bert_tiny, bert_l4_h256) or a checkpoint folder"
+        )
+
+
+def build_student(teacher, spec=EVERY_OTHER, dtype=None):
+    """The student `spec` names, for the `teacher` model folder, before training.
+
+    Args:
+        teacher: `kbert.modelfolder.ModelFolder`.
+        spec: str. See the module docstring.
+        dtype: dtype policy of the student.
+
+    Returns:
+        `(config, model, kept)`: the student's `BertConfig`, its model
+        (`teacher.task.build_model`) and the teacher's blocks it starts from
+        (None for a preset or a checkpoint).
+
+    Raises:
+        ValueError: one line naming `spec` if it does not fit the teacher
+            (too many layers, another vocabulary, too short for the
+            teacher's sequence length).
+    """
+    task = teacher.task
+    check_student(spec, teacher.config.num_layers)
+    kept = kept_layers(spec, teacher.config.num_layers)
+    if kept is not None:
+        config = teacher.config.replace(num_layers=len(kept))
+        encoder = bert_encoder(config, dtype=dtype)
+        _copy_weights(encoder, teacher.encoder_layer, lambda name: _teacher_block(name, kept))
+        model = task.build_model(encoder, dtype=dtype)
+        # The task's own layers (the head): the same names in both models.
+        _copy_weights(model, teacher.model, lambda name: None if name == encoder.name else name)
+        return config, model, kept
+    if spec in PRESETS:
+        config = BertConfig.from_preset(spec, vocab_size=teacher.config.vocab_size)
+        _check_length(spec, config, teacher.sequence_length)
+        return config, task.build_model(config, dtype=dtype), None
+    config, encoder, vocabulary, _ = init_encoder(spec, dtype=dtype)
+    if vocabulary != teacher.vocabulary:
+        raise ValueError(
+            f"student={spec!r} has a vocabulary of {len(vocabulary or ())} tokens other than the "
+            f"teacher's ({len(teacher.vocabulary)} tokens); a student reads its teacher's word pieces"
+        )
+    _check_length(spec, config, teacher.sequence_length)
+    return config, task.build_model(encoder, dtype=dtype), None
+
+
+def _teacher_block(name, kept):
+    """The teacher's layer that the student's layer `name` starts from."""
+    if name.startswith(BLOCK_PREFIX):
+        return f"{BLOCK_PREFIX}{kept[int(name[len(BLOCK_PREFIX):])]}"
+    return name
+
+
+def _copy_weights(model, source, source_name):
+    """Each of `model`'s layers with weights takes those of `source`'s layer `source_name(name)` (None: none)."""
+    for layer in model.layers:
+        name = source_name(layer.name)
+        if layer.weights and name is not None:
+            layer.set_weights(source.get_layer(name).get_weights())
+
+
+def _check_length(spec, config, sequence_length):
+    try:
+        config.check_sequence_length(sequence_length)
+    except ValueError as error:
+        raise ValueError(f"student={spec!r}: {error}, the teacher's") from None
+
+
+def unlabelled_examples(task, path, limit=None, known=()):
+    """The task's examples of the texts of a corpus, without labels.
+
+    Args:
+        task: a `Task` whose `distills_unlabelled_text`.
+        path: str. A text file (`.gz` read too) in google-research/bert's
+            format: one sentence a line, a blank line between documents. A
+            document's lines, joined by spaces, make one text.
+        limit: int or None. Most texts taken.
+        known: the examples already in training or dev.
+
+    Returns:
+        `(examples, dropped)`: texts equal to a known example's or an
+        earlier one's (white space folded) are dropped and counted, so that
+        no dev text is trained on: the Debian corpus holds every text of
+        train.csv and dev.csv.
+    """
+    if not os.path.isfile(path):
+        raise ValueError(f"--unlabelled {path}: no such file")
+    seen = {_folded(task, example) for example in known}
+    examples, dropped = [], 0
+    for document in iter_documents(path):
+        if limit is not None and len(examples) >= limit:
+            break
+        (example,) = task.examples_from_texts([" ".join(document)])
+        key = _folded(task, example)
+        if key in seen:
+            dropped += 1
+            continue
+        seen.add(key)
+        examples.append(example)
+    if not examples:
+        raise ValueError(f"--unlabelled {path} holds no text that is not in the training or dev data")
+    return examples, dropped
+
+
+def _folded(task, example):
+    return tuple(" ".join(value.split()) for value in task.serving_request(example).values())
+
+
+def distill(
+    teacher,
+    train,
+    dev,
+    out,
+    student=EVERY_OTHER,
+    unlabelled=None,
+    unlabelled_limit=None,
+    temperature=DEFAULT_TEMPERATURE,
+    alpha=DEFAULT_ALPHA,
+    options=None,
+    sequence_length=None,
+    batch_size=32,
+    epochs=3,
+    learning_rate=5e-5,
+    warmup_fraction=DEFAULT_WARMUP_FRACTION,
+    weight_decay=DEFAULT_WEIGHT_DECAY,
+    jit_compile=False,
+    dtype=None,
+    seed=0,
+    overwrite=False,
+    deterministic=False,
+    verbose="auto",
+    log=None,
+):
+    """Distills the `teacher` model folder into a student and writes it to `out`; returns its dev figures.
+
+    Args:
+        teacher: str. A model folder of a task that can be distilled
+            (`Task.distillation_loss`).
+        train, dev: str. Labelled data in the task's format.
+        out: str. The student's model folder (as `finetune`'s `out`).
+        student: str. See the module docstring.
+        unlabelled: str or None. Extra texts without labels, trained on the
+            teacher's outputs alone (`unlabelled_examples`); only for tasks
+            whose `distills_unlabelled_text`.
+        unlabelled_limit: int or None. Most unlabelled texts taken.
+        temperature: float > 0. Softens the classifiers' distributions.
+        alpha: float in [0, 1]. The weight of the gold targets' loss; the
+            teacher's outputs take `1 - alpha`.
+        options: dict. Data options given (None: as the teacher was trained).
+        sequence_length: int or None. Packed length; default the teacher's.
+        batch_size, epochs, learning_rate, warmup_fraction, weight_decay,
+        jit_compile, dtype, seed, overwrite, deterministic, verbose, log:
+            as for `kbert.training.finetune.finetune`.
+
+    A run checkpoints every epoch beside `out` and resumes as `finetune` does.
+
+    Returns:
+        dict. The student's dev figures, the teacher's (`teacher`), the
+        distillation's settings and counts, the training time and curve.
+
+    Raises:
+        ValueError: bad input, one line naming the value.
+    """
+    log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    check_training_numbers(batch_size, epochs, learning_rate)
+    if not (isinstance(alpha, (int, float)) and 0 <= alpha <= 1):
+        raise ValueError(f"alpha={alpha!r}; expected a number in [0, 1]")
+    if not (isinstance(temperature, (int, float)) and 0 < temperature < float("inf")):
+        raise ValueError(f"temperature={temperature!r}; expected a finite number above 0")
+    if unlabelled_limit is not None and not (isinstance(unlabelled_limit, int) and unlabelled_limit >= 1):
+        raise ValueError(f"unlabelled_limit={unlabelled_limit!r}; expected a positive integer")
+    check_output_folder(out, "model", is_model_folder, overwrite)
+    if not is_model_folder(teacher):
+        raise ValueError(f"--teacher {teacher} is not a kbert model folder (what kbert finetune --out writes)")
+    if os.path.abspath(out) == os.path.abspath(teacher):
+        raise ValueError(f"--out {out} is the teacher's folder; write the student to another")
+    teacher_folder = ModelFolder.load(teacher)
+    if sequence_length is not None:
+        teacher_folder.set_sequence_length(sequence_length)
+    options = teacher_folder.use_options(options)
+    task = teacher_folder.task
+    loss = task.distillation_loss(temperature, alpha)
+    if unlabelled is not None and not task.distills_unlabelled_text:
+        raise ValueError(f"task {task.name!r} takes no --unlabelled texts; only tasks of one text an example do")
+    check_student(student, teacher_folder.config.num_layers)
+
+    train_examples = task.read(train, options)
+    task.check(train_examples, train)
+    dev_examples = task.read(dev, options)
+    task.check(dev_examples, dev)
+    extra, dropped = [], 0
+    if unlabelled is not None:
+        extra, dropped = unlabelled_examples(task, unlabelled, unlabelled_limit, train_examples + dev_examples)
+    log(f"{task.name}: {len(train_examples)} training examples from {train}, {len(extra)} unlabelled "
+        f"texts ({dropped} dropped as repeats of training, dev or earlier texts), "
+        f"{len(dev_examples)} dev examples from {dev}")
+
+    set_seeds(seed, deterministic)
+    config, model, kept = build_student(teacher_folder, student, dtype)
+    log(f"student {student}: num_layers={config.num_layers}, hidden_size={config.hidden_size}"
+        + (f", starting from the teacher's blocks {kept} (counting from 0)" if kept else ""))
+    run = {
+        "command": "distill", "teacher": {name: file_identity(os.path.join(teacher, name))
+                                          for name in (SETTINGS_FILE, MODEL_FILE)},
+        "student": student, "temperature": temperature, "alpha": alpha, "options": options,
+        "train": file_identity(train), "dev": file_identity(dev),
+        "unlabelled": file_identity(unlabelled) if unlabelled else None,
+        "unlabelled_limit": unlabelled_limit, "sequence_length": task.sequence_length,
+        "batch_size": batch_size, "epochs": epochs, "learning_rate": learning_rate,
+        "warmup_fraction": warmup_fraction, "weight_decay": weight_decay,
+        "jit_compile": jit_compile, "dtype": dtype, "seed": seed,
+    }
+    resume_dir, first_epoch, curve = resume_point(out, run, log)
+
+    teacher_figures = teacher_folder.evaluate(dev_examples, dev, batch_size)
+    encoded = teacher_targets(teacher_folder, task, train_examples, extra, batch_size, log)
+    train_ds, steps_per_epoch = task.bucketed_dataset(encoded, batch_size, seed, epochs, first_epoch)
+    total_steps = steps_per_epoch * epochs
+    distiller = compile_for_strategy(
+        Distiller(model, loss),
+        jit_compile=jit_compile,
+        optimizer=make_optimizer(
+            "adamw",
+            learning_rate,
+            total_steps,
+            warmup_steps=int(warmup_fraction * total_steps),
+            weight_decay=weight_decay,
+            dtype=dtype,
+        ),
+    )
+    figures = fit_epochs(
+        distiller, train_ds, steps_per_epoch, epochs, resume_dir, first_epoch, curve,
+        len(train_examples) + len(extra), verbose=verbose,
+    )
+    distillation = {
+        "teacher": teacher, "task": task.name, "student": student, "teacher_layers": kept,
+        "temperature": temperature, "alpha": alpha,
+    }
+    metrics = {
+        **dev_figures(task, model, dev_examples, task.encode(dev_examples), batch_size),
+        "teacher": teacher_figures,
+        "distillation": {**distillation, "unlabelled_examples": len(extra), "unlabelled_dropped": dropped},
+        **figures,
+    }
+    settings = {
+        "bert_config": config.to_dict(),
+        "sequence_length": task.sequence_length,
+        "lowercase": teacher_folder.lowercase,
+        "init": student,
+        "distillation": distillation,
+        "dtype": dtype,
+        "options": options,
+    }
+    write_model_folder(out, model, teacher_folder.vocabulary, task, settings, metrics, overwrite=overwrite)
+    shutil.rmtree(resume_dir, ignore_errors=True)
+    return metrics
+
+
+def teacher_targets(teacher, task, examples, unlabelled, batch_size, log):
+    """The rows of `examples` and `unlabelled`, with the task's distillation targets.
+
+    The teacher's outputs are computed once, in inference mode. Unlabelled
+    rows get placeholder targets (zeros) of hard-loss weight 0.
+    """
+    encoded = task.encode(examples)
+    features, targets = encoded.features, encoded.targets
+    hard_weight = np.ones(len(encoded), np.float32)
+    if unlabelled:
+        extra = task.encode(unlabelled, targets=False)
+        features = {name: np.concatenate([features[name], extra.features[name]]) for name in features}
+        targets = keras.tree.map_structure(
+            lambda target: np.concatenate([target, np.zeros((len(extra),) + target.shape[1:], target.dtype)]),
+            targets,
+        )
+        hard_weight = np.concatenate([hard_weight, np.zeros(len(extra), np.float32)])
+    start = time.perf_counter()
+    outputs = teacher.outputs(features, batch_size=batch_size)
+    log(f"teacher: outputs on {len(hard_weight)} rows in {time.perf_counter() - start:.1f} s")
+    return Encoded(features, task.distillation_targets(targets, outputs, hard_weight))

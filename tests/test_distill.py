@@ -1,0 +1,425 @@
+"""`kbert distill`: the student builder, the distillation losses against numpy, and the
+command end to end on teachers fine-tuned here (a topic classifier, an STS-B regressor)."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from kbert.checkpoints import resolve_checkpoint
+from kbert.checkpoints.huggingface import save_hf_checkpoint
+from kbert.cli import main
+from kbert.config import BertConfig
+from kbert.modelfolder import ModelFolder
+from kbert.models import bert_encoder
+from kbert.tasks.distillation import HARD_WEIGHT, TARGET, TEACHER, ScoreDistillationLoss, SoftTargetLoss
+from kbert.training.distill import build_student, distill, kept_layers, teacher_targets, unlabelled_examples
+from tests.model_harness import tiny_inputs
+from tests.task_harness import minilm_vocabulary, write_task_folder
+from tests.test_cli import LABELS, subset, write_csv
+from tests.test_export_units import TINY
+
+STSB = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "glue-stsb")
+# Four blocks: every-other keeps 1 and 3, layers:1 keeps 3, so the two differ.
+TEACHER_PRESET = "bert_l4_h128"
+# Float32 sums of a few dozen terms in another order than numpy's float64.
+LOSS_TOLERANCE = 1e-5
+# The same weights and ops in the same order: outputs agree to rounding.
+OUTPUT_TOLERANCE = 1e-6
+SETTINGS = {
+    "text-classification": {"labels": list(LABELS)},
+    "text-pair-regression": {},
+    "token-classification": {"tags": ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"], "scheme": "IOB2"},
+}
+FAST = ["--seq-len", "32", "--batch-size", "8", "--epochs", "1", "--lr", "1e-3"]
+
+
+# === Which layers a student keeps ===
+
+
+@pytest.mark.parametrize(
+    "spec, layers, kept",
+    [
+        ("every-other", 6, [1, 3, 5]),
+        ("every-other", 4, [1, 3]),
+        ("every-other", 12, [1, 3, 5, 7, 9, 11]),
+        ("layers:3", 6, [1, 3, 5]),
+        ("layers:4", 12, [2, 5, 8, 11]),
+        ("layers:1", 4, [3]),
+        ("layers:2", 2, [0, 1]),
+        ("bert_tiny", 6, None),
+    ],
+)
+def test_kept_layers(spec, layers, kept):
+    assert kept_layers(spec, layers) == kept
+
+
+@pytest.mark.parametrize(
+    "spec, layers, message",
+    [
+        ("layers:0", 6, "student='layers:0'; expected layers:K with K from 1 to the teacher's 6 layers"),
+        ("layers:7", 6, "student='layers:7'"),
+        ("layers:two", 6, "student='layers:two'"),
+        ("every-other", 1, "student='every-other' of a 1-layer teacher keeps no layer"),
+    ],
+)
+def test_kept_layers_refuses(spec, layers, message):
+    with pytest.raises(ValueError, match=message):
+        kept_layers(spec, layers)
+
+
+# === The student builder ===
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_student_starts_from_the_teachers_weights(name, tmp_path):
+    teacher = ModelFolder.load(write_task_folder(tmp_path / "teacher", name, SETTINGS[name], TINY))
+    inputs = tiny_inputs(50, batch=3, length=9)
+
+    config, same, kept = build_student(teacher, "layers:2")
+    assert kept == [0, 1] and config == teacher.config
+    np.testing.assert_allclose(
+        np.asarray(same(inputs)), np.asarray(teacher.model(inputs)), atol=OUTPUT_TOLERANCE
+    )
+
+    config, student, kept = build_student(teacher, "layers:1")
+    assert kept == [1] and config.num_layers == 1
+    source, encoder = teacher.encoder_layer, student.get_layer("bert_encoder")
+    pairs = [("transformer_layer_0", "transformer_layer_1"), ("token_embedding",) * 2,
+             ("position_embedding",) * 2, ("segment_embedding",) * 2,
+             ("embeddings_layer_norm",) * 2, ("pooler",) * 2]
+    for mine, theirs in pairs:
+        for a, b in zip(encoder.get_layer(mine).get_weights(), source.get_layer(theirs).get_weights(), strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=mine)
+    head = [layer for layer in student.layers if layer.weights and layer.name != "bert_encoder"]
+    assert head
+    for layer in head:
+        for a, b in zip(layer.get_weights(), teacher.model.get_layer(layer.name).get_weights(), strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=layer.name)
+    # One block fewer: the outputs are the student's own.
+    assert not np.allclose(np.asarray(student(inputs)), np.asarray(teacher.model(inputs)), atol=1e-3)
+
+
+def test_preset_and_checkpoint_students(tmp_path):
+    teacher = ModelFolder.load(write_task_folder(tmp_path / "teacher", "text-classification",
+                                                 SETTINGS["text-classification"], TINY))
+    config, student, kept = build_student(teacher, "bert_tiny")
+    assert kept is None and config.vocab_size == TINY.vocab_size and config.hidden_size == 128
+    assert student.output.shape[-1] == len(LABELS)
+
+    small = BertConfig(vocab_size=30522, hidden_size=16, num_layers=1, num_heads=2,
+                       intermediate_size=32, max_position_embeddings=32)
+    save_hf_checkpoint(bert_encoder(small), small, list(minilm_vocabulary()), str(tmp_path / "same"))
+    config, student, kept = build_student(teacher, str(tmp_path / "same"))
+    assert kept is None and config == small
+
+    other = small.replace(vocab_size=40)
+    save_hf_checkpoint(bert_encoder(other), other, [f"[unused{i}]" for i in range(40)], str(tmp_path / "other"))
+    with pytest.raises(ValueError, match=r"has a vocabulary of 40 tokens other than the teacher's \(30522"):
+        build_student(teacher, str(tmp_path / "other"))
+    short = small.replace(max_position_embeddings=8)
+    save_hf_checkpoint(bert_encoder(short), short, list(minilm_vocabulary()), str(tmp_path / "short"))
+    with pytest.raises(ValueError, match="sequence_length=16 exceeds max_position_embeddings=8"):
+        build_student(teacher, str(tmp_path / "short"))
+
+
+# === The losses, against numpy ===
+
+
+def _log_softmax(x):
+    x = np.asarray(x, np.float64)
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def _numpy_soft_target(labels, weight, teacher, student, temperature, alpha, ignored=None):
+    """Hinton et al. (2015), written out in float64: the mean over counted positions."""
+    counted = np.ones(labels.shape, bool) if ignored is None else labels != ignored
+    log_p = _log_softmax(student)
+    hard = -np.take_along_axis(log_p, np.where(counted, labels, 0)[..., None], axis=-1)[..., 0]
+    p_teacher = np.exp(_log_softmax(teacher / temperature))
+    kl = (p_teacher * (np.log(p_teacher) - _log_softmax(student / temperature))).sum(-1)
+    weight = weight.reshape(weight.shape + (1,) * (labels.ndim - 1))
+    per = alpha * weight * hard + (1 - alpha) * temperature**2 * kl
+    return per[counted].mean()
+
+
+@pytest.mark.parametrize("temperature, alpha", [(1.0, 0.5), (2.0, 0.3), (4.0, 0.0), (3.0, 1.0), (0.5, 0.7)])
+def test_soft_target_loss_matches_numpy(temperature, alpha):
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 5, 12).astype(np.int32)
+    weight = np.array([1, 1, 0, 1, 0, 1, 1, 1, 0, 1, 1, 1], np.float32)
+    teacher, student = rng.normal(0, 3, (2, 12, 5)).astype(np.float32)
+    loss = SoftTargetLoss(temperature, alpha)
+    got = float(loss({TARGET: labels, TEACHER: teacher, HARD_WEIGHT: weight}, student))
+    expected = _numpy_soft_target(labels, weight, teacher, student, temperature, alpha)
+    assert abs(got - expected) <= LOSS_TOLERANCE, (got, expected)
+    # An unlabelled row's placeholder target does not count.
+    moved = np.where(weight == 0, (labels + 1) % 5, labels)
+    assert float(loss({TARGET: moved, TEACHER: teacher, HARD_WEIGHT: weight}, student)) == pytest.approx(got, abs=1e-6)
+
+
+@pytest.mark.parametrize("temperature, alpha", [(2.0, 0.5), (1.0, 0.0), (3.0, 1.0)])
+def test_soft_target_loss_masks_ignored_tokens(temperature, alpha):
+    import keras
+
+    rng = np.random.default_rng(1)
+    tags = rng.integers(0, 4, (3, 10)).astype(np.int32)
+    tags[rng.uniform(size=tags.shape) < 0.4] = -1  # the pieces after a word's first, [CLS], padding
+    teacher, student = rng.normal(0, 2, (2, 3, 10, 4)).astype(np.float32)
+    targets = {TARGET: tags, TEACHER: teacher, HARD_WEIGHT: np.ones(3, np.float32)}
+    got = float(SoftTargetLoss(temperature, alpha, ignored=-1)(targets, student))
+    expected = _numpy_soft_target(tags, np.ones(3), teacher, student, temperature, alpha, ignored=-1)
+    assert abs(got - expected) <= LOSS_TOLERANCE, (got, expected)
+    # What a masked token's teacher says does not count.
+    teacher[tags == -1] = 100.0
+    assert float(SoftTargetLoss(temperature, alpha, ignored=-1)(targets, student)) == pytest.approx(got, abs=1e-5)
+    if alpha == 1.0:  # the fine-tuning loss of token-classification, averaged the same way
+        fine_tuning = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=-1)
+        assert abs(got - float(fine_tuning(tags, student))) <= LOSS_TOLERANCE
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.4, 1.0])
+def test_score_loss_matches_numpy(alpha):
+    rng = np.random.default_rng(2)
+    gold, teacher, student = rng.normal(2.5, 1.5, (3, 16, 1)).astype(np.float32)
+    weight = (rng.uniform(size=16) < 0.7).astype(np.float32)
+    got = float(ScoreDistillationLoss(alpha)({TARGET: gold, TEACHER: teacher, HARD_WEIGHT: weight}, student))
+    g, t, s = (np.asarray(a, np.float64)[:, 0] for a in (gold, teacher, student))
+    expected = np.mean(alpha * weight * (s - g) ** 2 + (1 - alpha) * (s - t) ** 2)
+    assert abs(got - expected) <= LOSS_TOLERANCE, (got, expected)
+
+
+JAX_SCRIPT = r"""
+import numpy as np, keras
+from kbert.models import bert_classifier
+from kbert.config import BertConfig
+from kbert.tasks.distillation import SoftTargetLoss, distillation_targets
+from kbert.training.distill import Distiller
+assert keras.backend.backend() == "jax"
+config = BertConfig(vocab_size=50, hidden_size=8, num_layers=1, num_heads=2,
+                    intermediate_size=16, max_position_embeddings=16)
+rng = np.random.default_rng(0)
+x = {"token_ids": rng.integers(1, 50, (8, 6)).astype("int32"),
+     "segment_ids": np.zeros((8, 6), "int32"), "padding_mask": np.ones((8, 6), "int32")}
+y = distillation_targets(rng.integers(0, 3, 8).astype("int32"), rng.normal(0, 2, (8, 3)).astype("float32"),
+                         np.array([1, 0] * 4, "float32"))
+distiller = Distiller(bert_classifier(config, 3), SoftTargetLoss(2.0, 0.5))
+distiller.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=True)
+history = distiller.fit(x, y, batch_size=4, epochs=3, verbose=0).history["loss"]
+assert np.all(np.isfinite(history)) and history[-1] < history[0], history
+print("jax ok")
+"""
+
+
+def test_distiller_trains_under_jax():
+    pytest.importorskip("jax")
+    result = subprocess.run(
+        [sys.executable, "-c", JAX_SCRIPT],
+        env={**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"},
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0 and "jax ok" in result.stdout, result.stderr[-2000:]
+
+
+# === End to end, on teachers fine-tuned here ===
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return os.path.join(resolve_checkpoint("all-minilm-l6-v2"), "vocab.txt")
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory, vocab):
+    """A 4-block topic classifier fine-tuned through the CLI on 24 Debian descriptions."""
+    folder = tmp_path_factory.mktemp("classifier")
+    train = write_csv(folder / "train.csv", subset("train", 8))
+    dev = write_csv(folder / "dev.csv", subset("dev", 4))
+    teacher = str(folder / "teacher")
+    assert main(["finetune", "--train", train, "--dev", dev, "--init", TEACHER_PRESET,
+                 "--vocab", vocab, *FAST, "--out", teacher]) == 0
+    return {"teacher": teacher, "train": train, "dev": dev, "folder": folder}
+
+
+@pytest.fixture(scope="module")
+def regressor(tmp_path_factory, vocab):
+    """A 4-block STS-B regressor fine-tuned through the CLI on 32 pairs."""
+    folder = tmp_path_factory.mktemp("regressor")
+    lines = open(os.path.join(STSB, "train.tsv"), encoding="utf-8").readlines()
+    (folder / "train.tsv").write_text("".join(lines[:33]), encoding="utf-8")
+    (folder / "dev.tsv").write_text("".join(lines[:1] + lines[33:49]), encoding="utf-8")
+    teacher = str(folder / "teacher")
+    assert main(["finetune", "--task", "text-pair-regression", "--train", str(folder / "train.tsv"),
+                 "--dev", str(folder / "dev.tsv"), "--init", TEACHER_PRESET, "--vocab", vocab,
+                 *FAST, "--out", teacher]) == 0
+    return {"teacher": teacher, "train": str(folder / "train.tsv"), "dev": str(folder / "dev.tsv"),
+            "folder": folder}
+
+
+def _corpus(path, documents):
+    """A google-research/bert corpus file: a line a sentence, a blank line between documents."""
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("\n\n".join("\n".join(document) for document in documents) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, classifier):
+    """Six documents: four new texts, then repeats of a training, a dev and an earlier text."""
+    task = ModelFolder.load(classifier["teacher"]).task
+    train, dev = task.read(classifier["train"]), task.read(classifier["dev"])
+    fresh = [["A puzzle game with tiles.", "Slide them."], ["An SMTP relay."],
+             ["A linear algebra library."], ["A chess engine."]]
+    words = dev[1]["texts"][0].split()
+    # A dev text split into sentences, as the Debian corpus holds it.
+    repeats = [[train[0]["texts"][0]], [" ".join(words[:3]), " ".join(words[3:])], fresh[0]]
+    path = _corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt.gz", fresh[:2] + repeats + fresh[2:])
+    return {"path": path, "fresh": [" ".join(d) for d in fresh], "train": train, "dev": dev}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("teacher_fixture", ["classifier", "regressor"])
+@pytest.mark.parametrize("spec, layers, kept", [("every-other", 2, [1, 3]), ("layers:1", 1, [3])])
+def test_distill_end_to_end(teacher_fixture, spec, layers, kept, request, capsys):
+    """Both students of both teachers; the classifier's every-other student also learns
+    three unlabelled texts (`--unlabelled-limit 3`) from the teacher alone."""
+    data = request.getfixturevalue(teacher_fixture)
+    out = str(data["folder"] / f"student-{spec}")
+    unlabelled = []
+    if teacher_fixture == "classifier" and spec == "every-other":
+        unlabelled = ["--unlabelled", request.getfixturevalue("corpus")["path"], "--unlabelled-limit", "3"]
+    assert main(["distill", "--teacher", data["teacher"], "--train", data["train"], "--dev", data["dev"],
+                 "--student", spec, *unlabelled, *FAST[2:], "--out", out]) == 0
+    printed = json.loads(capsys.readouterr().out.splitlines()[-1])
+    student, teacher = ModelFolder.load(out), ModelFolder.load(data["teacher"])
+    assert student.config.num_layers == layers and student.config.hidden_size == teacher.config.hidden_size
+    assert student.task.name == teacher.task.name and student.task.settings() == teacher.task.settings()
+    assert student.vocabulary == teacher.vocabulary and student.sequence_length == teacher.sequence_length
+    metrics = json.load(open(os.path.join(out, "metrics.json")))
+    assert metrics["distillation"]["teacher_layers"] == kept and len(metrics["history"]["loss"]) == 1
+    counted = 3 if unlabelled else 0
+    assert metrics["distillation"]["unlabelled_examples"] == counted
+    assert metrics["train_examples"] == (32 if teacher_fixture == "regressor" else 24) + counted
+    assert printed["dev"]["n"] == metrics["n"] == (16 if teacher_fixture == "regressor" else 12)
+    # kbert evaluate takes the student as it takes any model folder, and agrees with metrics.json.
+    assert main(["evaluate", "--model", out, "--data", data["dev"]]) == 0
+    figures = json.loads(capsys.readouterr().out.splitlines()[-1])
+    metric = teacher.task.metric
+    assert figures[metric] == pytest.approx(metrics[metric], abs=1e-6)
+    assert not [n for n in os.listdir(data["folder"]) if n.startswith(".kbert")]
+
+
+def test_unlabelled_texts_carry_the_teachers_outputs_alone(classifier, corpus):
+    teacher = ModelFolder.load(classifier["teacher"])
+    task, known = teacher.task, corpus["train"] + corpus["dev"]
+    examples, dropped = unlabelled_examples(task, corpus["path"], known=known)
+    assert dropped == 3 and [e["texts"][0] for e in examples] == corpus["fresh"]
+    assert len(unlabelled_examples(task, corpus["path"], limit=2, known=known)[0]) == 2
+
+    train = corpus["train"]
+    encoded = teacher_targets(teacher, task, train, examples, 8, log=lambda line: None)
+    targets = encoded.targets
+    assert len(encoded) == len(train) + 4
+    np.testing.assert_array_equal(targets[HARD_WEIGHT], [1] * len(train) + [0] * 4)
+    np.testing.assert_array_equal(targets[TARGET][: len(train)], task.label_ids(train))
+    expected = teacher.outputs(encoded.features)["logits"]
+    np.testing.assert_allclose(targets[TEACHER], expected, atol=OUTPUT_TOLERANCE)
+    # Bucketed batches carry the weights with their rows.
+    dataset, steps = task.bucketed_dataset(encoded, 8, seed=0)
+    batches = list(dataset)
+    weights = np.concatenate([batch[1][HARD_WEIGHT].numpy() for batch in batches])
+    assert len(batches) == steps and len(weights) == len(encoded) and weights.sum() == len(train)
+
+
+# === Bad input: one line, exit status 2, nothing written ===
+
+
+@pytest.fixture(scope="module")
+def untrained(tmp_path_factory):
+    """Random teachers (no training needed to be refused) and their data."""
+    folder = tmp_path_factory.mktemp("untrained")
+    classifier = write_task_folder(folder / "classifier", "text-classification",
+                                   SETTINGS["text-classification"], TINY)
+    regressor = write_task_folder(folder / "regressor", "text-pair-regression", {}, TINY)
+    qa = write_task_folder(folder / "qa", "question-answering", {
+        "version_2_with_negative": False, "null_score_diff_threshold": 0.0, "doc_stride": 4,
+        "max_query_length": 4, "max_answer_length": 8, "n_best_size": 5,
+    }, TINY)
+    texts = write_csv(folder / "texts.csv", subset("dev", 2))
+    pairs = folder / "pairs.tsv"
+    pairs.write_text("sentence1\tsentence2\tscore\na\tb\t1.0\nc\td\t2.0\n")
+    corpus = _corpus(folder / "corpus.txt.gz", [["A game."]])
+    return {"classifier": classifier, "regressor": regressor, "qa": qa, "texts": texts,
+            "pairs": str(pairs), "corpus": corpus, "folder": folder}
+
+
+@pytest.mark.parametrize(
+    "teacher, data, extra, message",
+    [
+        ("texts", "texts", [], "is not a kbert model folder"),
+        ("folder", "texts", [], "is not a kbert model folder"),
+        ("classifier", "texts", ["--student", "bert_huge"],
+         "student='bert_huge' is not every-other, layers:K, a BertConfig preset"),
+        ("classifier", "texts", ["--student", "layers:3"],
+         "student='layers:3'; expected layers:K with K from 1 to the teacher's 2 layers"),
+        ("regressor", "pairs", ["--unlabelled", "corpus"],
+         "task 'text-pair-regression' takes no --unlabelled texts"),
+        ("classifier", "texts", ["--unlabelled", "missing.txt"], "--unlabelled missing.txt: no such file"),
+        ("qa", "texts", [], "task 'question-answering' cannot be distilled yet"),
+        ("classifier", "pairs", [], "no column 'text'"),
+    ],
+)
+def test_bad_input(untrained, teacher, data, extra, message, capsys):
+    paths = {key: str(value) for key, value in untrained.items()}
+    extra = [paths.get(arg, arg) for arg in extra]
+    out = untrained["folder"] / "out"
+    code = main(["distill", "--teacher", paths[teacher], "--train", paths[data], "--dev", paths[data],
+                 *extra, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("kbert: error: ") and err.count("\n") == 1, err
+    assert message in err, err
+    assert not out.exists()
+    assert not [n for n in os.listdir(untrained["folder"]) if n.startswith(".kbert")]
+
+
+def test_out_may_not_be_the_teacher(untrained, capsys):
+    code = main(["distill", "--teacher", untrained["classifier"], "--train", untrained["texts"],
+                 "--dev", untrained["texts"], "--out", untrained["classifier"], "--overwrite"])
+    assert code == 2 and "is the teacher's folder" in capsys.readouterr().err
+    assert ModelFolder.load(untrained["classifier"]).config == TINY
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--alpha", "1.5", "argument --alpha: 1.5 is not in [0, 1]"),
+        ("--alpha", "nan", "argument --alpha: nan is not a finite number"),
+        ("--temperature", "0", "argument --temperature: 0 is not a positive number"),
+        ("--unlabelled-limit", "0", "argument --unlabelled-limit: 0 is not a positive integer"),
+    ],
+)
+def test_bad_numbers_are_refused_at_parse_time(flag, value, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["distill", "--teacher", "t", "--train", "a", "--dev", "b", "--out", "o", flag, value])
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({"alpha": 1.5}, "alpha=1.5; expected a number in [0, 1]"),
+        ({"temperature": 0}, "temperature=0; expected a finite number above 0"),
+        ({"temperature": float("inf")}, "temperature=inf"),
+        ({"unlabelled_limit": 0}, "unlabelled_limit=0; expected a positive integer"),
+    ],
+)
+def test_bad_numbers_from_python(untrained, arguments, message):
+    out = untrained["folder"] / "python-out"
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        distill(untrained["classifier"], untrained["texts"], untrained["texts"], str(out), **arguments)
+    assert not out.exists()
