@@ -116,11 +116,9 @@ def main(argv=None):
     fit_seconds = time.perf_counter() - start
 
     by_length = {}
-    seen = set()
     first = {}
     for length, seconds in zip(lengths, timer.seconds):
-        if length not in seen:
-            seen.add(length)
+        if length not in first:
             first[length] = seconds
             continue
         by_length.setdefault(length, []).append(seconds)
