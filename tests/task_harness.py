@@ -1,6 +1,7 @@
 """Tiny model folders and task instances for any task, as the tests of each task need them."""
 
 import functools
+import importlib.util
 import os
 
 import numpy as np
@@ -9,6 +10,15 @@ from kbert.tasks import get_task
 
 # Sequence length of the tests' task instances.
 SEQUENCE_LENGTH = 16
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_tool(name):
+    """The script `tools/<name>.py` as a module (tools/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "tools", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @functools.lru_cache(maxsize=None)

@@ -19,7 +19,7 @@ from kbert.models import bert_encoder
 from kbert.tasks.distillation import HARD_WEIGHT, TARGET, TEACHER, ScoreDistillationLoss, SoftTargetLoss
 from kbert.training.distill import build_student, distill, kept_layers, teacher_targets, unlabelled_examples
 from tests.model_harness import tiny_inputs
-from tests.task_harness import minilm_vocabulary, write_task_folder
+from tests.task_harness import load_tool, minilm_vocabulary, write_task_folder
 from tests.test_cli import LABELS, subset, write_csv
 from tests.test_export_units import TINY
 
@@ -313,6 +313,35 @@ def test_distill_end_to_end(teacher_fixture, spec, layers, kept, request, capsys
     assert figures[metric] == pytest.approx(metrics[metric], abs=1e-6)
     assert not [n for n in os.listdir(data["folder"]) if n.startswith(".kbert")]
 
+
+
+@pytest.mark.slow
+def test_benchmark_distill_tool(classifier, tmp_path, capsys):
+    """tools/benchmark_distill.py on the tiny teacher and a 1-block student: both exported,
+    every file evaluated, sized and timed, the smaller model with fewer parameters."""
+    student = str(tmp_path / "student")
+    assert main(["distill", "--teacher", classifier["teacher"], "--train", classifier["train"],
+                 "--dev", classifier["dev"], "--student", "layers:1", *FAST[2:], "--out", student]) == 0
+    capsys.readouterr()
+    tool = load_tool("benchmark_distill")
+    out = tmp_path / "exports"
+    tool.main([
+        "--teacher", classifier["teacher"], "--student", f"l1={student}", "--data", classifier["dev"],
+        "--calibration", classifier["train"], "--out", str(out), "--max-examples", "4",
+        "--calibration-examples", "4", "--runs", "2", "--warmup", "0",
+    ])
+    report = json.loads(capsys.readouterr().out)
+    assert sorted(os.listdir(out)) == ["l1", "teacher"]
+    for name, model in report["models"].items():
+        assert list(model["artefacts"]) == [f"{f}_{q}" for f, q in tool.ARTEFACTS]
+        for entry in model["artefacts"].values():
+            assert entry["size_mib"] == round(os.path.getsize(out / entry["path"]) / 2**20, 2)
+            assert entry["latency"]["runs"] == 2 and 0 <= entry["accuracy"] <= 1
+            assert 0 <= entry["macro_f1"] <= 1 and 0 <= entry["top1_agreement_with_keras"] <= 1
+    teacher, small = report["models"]["teacher"], report["models"]["l1"]
+    assert (teacher["num_layers"], small["num_layers"]) == (4, 1)
+    assert small["parameters"] < teacher["parameters"]
+    assert len(report["targets"]) == 2
 
 def test_unlabelled_texts_carry_the_teachers_outputs_alone(classifier, corpus):
     teacher = ModelFolder.load(classifier["teacher"])

@@ -13,6 +13,7 @@ from kbert.export.graph import GRAPH_TOLERANCE, model_outputs
 from kbert.export.savedmodel import serving_float
 from kbert.tasks import TASKS
 from tests.model_harness import tiny_inputs
+from tests.task_harness import load_tool
 from tests.task_harness import task_instance, write_task_folder
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "debian-packages")
@@ -327,12 +328,7 @@ def test_tflite_int8_has_int8_matmuls(tmp_path):
 
 def test_benchmark_int8_tool(model_folder, tmp_path, capsys):
     """tools/benchmark_int8.py on the tiny model: three files, their figures and timings."""
-    import importlib.util
-
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "benchmark_int8.py")
-    spec = importlib.util.spec_from_file_location("benchmark_int8", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_tool("benchmark_int8")
     out = tmp_path / "files"
     tool.main([
         "--model", model_folder, "--data", DEV_CSV, "--calibration", TRAIN_CSV, "--out", str(out),

@@ -10,7 +10,6 @@ with pip's message; they do not skip.
 
 import contextlib
 import copy
-import importlib.util
 import io
 import json
 import os
@@ -26,18 +25,12 @@ from kbert.export import mediapipe, mediapipe_env
 from kbert.modelfolder import ModelFolder, write_model_folder
 from kbert.tasks import TASKS
 from kbert.text import BertPreprocessor, WordPieceTokenizer, load_vocab
+from tests.task_harness import load_tool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEV_CSV = os.path.join(ROOT, "data", "debian-packages", "dev.csv")
 SEQ_LEN = 32
 TINY = dict(hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32, max_position_embeddings=64)
-
-
-def load_tool(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "tools", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,6 @@ the Python side and the Kotlin side must agree on: asset names and folder, the
 labels file, the MediaPipe version and the build settings.
 """
 
-import importlib.util
 import io
 import os
 import re
@@ -13,17 +12,12 @@ import zipfile
 
 import pytest
 
+from tests.task_harness import load_tool
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ANDROID = os.path.join(ROOT, "mobile", "android")
 APP = os.path.join(ANDROID, "app")
 MAIN_ACTIVITY = os.path.join(APP, "src", "main", "java", "org", "kbert", "classifier", "MainActivity.kt")
-
-
-def load_tool(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "tools", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 copy_tool = load_tool("copy_model_to_app")

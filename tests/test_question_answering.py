@@ -19,7 +19,6 @@ the other tests read the file without that question.
 
 import collections
 import contextlib
-import importlib.util
 import io
 import json
 import math
@@ -33,7 +32,7 @@ from tokenizers import BertWordPieceTokenizer
 from kbert import BertConfig
 from kbert.cli import main
 from kbert.tasks import squad
-from tests.task_harness import task_instance, write_task_folder
+from tests.task_harness import load_tool, task_instance, write_task_folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = os.path.join(ROOT, "..", "shared", "data", "squad-sample")
@@ -48,10 +47,7 @@ SHORT = dict(sequence_length=64, doc_stride=16, max_query_length=24)
 @pytest.fixture(scope="module")
 def cmrc_path(tmp_path_factory):
     """The CMRC trial set without question TRIAL_210 (tools/benchmark_qa.py writes it)."""
-    spec = importlib.util.spec_from_file_location("benchmark_qa", os.path.join(ROOT, "tools", "benchmark_qa.py"))
-    benchmark = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(benchmark)
-    return benchmark.cmrc_without_bad_answers(str(tmp_path_factory.mktemp("cmrc")))
+    return load_tool("benchmark_qa").cmrc_without_bad_answers(str(tmp_path_factory.mktemp("cmrc")))
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import sys
 import time
 
@@ -60,32 +59,11 @@ def log(message):
     print(message, file=sys.stderr, flush=True)
 
 
-def measure(calls, runs, warmup):
-    """Interleaved batch-1 timing: each round calls every file once, in turn."""
-    for call in calls.values():
-        for _ in range(warmup):
-            call()
-    times = {name: [] for name in calls}
-    for _ in range(runs):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            times[name].append((time.perf_counter() - start) * 1e3)
-    return {
-        name: {
-            "median_ms": round(statistics.median(values), 3),
-            "min_ms": round(min(values), 3),
-            "max_ms": round(max(values), 3),
-            "runs": len(values),
-        }
-        for name, values in times.items()
-    }
-
-
 def main(argv=None):
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from kbert.export import tflite
+    from kbert.export.verify import interleaved_latency
     from kbert.modelfolder import open_model
 
     folder = open_model(args.model)
@@ -130,7 +108,7 @@ def main(argv=None):
 
     log(f"timing: {args.runs} interleaved rounds")
     load_before = os.getloadavg()
-    latency = measure(
+    latency = interleaved_latency(
         {q: (lambda runner=runners[q]: runner.run(one)) for q in QUANTIZATIONS}, args.runs, args.warmup
     )
     load_after = os.getloadavg()

@@ -33,6 +33,42 @@ def measure_latency(call, runs=DEFAULT_LATENCY_RUNS, warmup=WARMUP_RUNS):
     }
 
 
+def interleaved_latency(calls, runs, warmup=WARMUP_RUNS):
+    """Batch-1 timings of several callables, interleaved: each round calls every one once.
+
+    A burst of load on a shared machine then hits every callable alike,
+    which sequential timing (`measure_latency` on each in turn) does not.
+
+    Args:
+        calls: dict of name -> callable taking no arguments.
+        runs: int. Timed rounds.
+        warmup: int. Untimed calls of each callable first.
+
+    Returns:
+        dict of name -> median, min and max milliseconds and the run count.
+    """
+    if runs < 1:
+        raise ValueError(f"runs={runs}; expected at least 1")
+    for call in calls.values():
+        for _ in range(warmup):
+            call()
+    times = {name: [] for name in calls}
+    for _ in range(runs):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append((time.perf_counter() - start) * 1e3)
+    return {
+        name: {
+            "median_ms": round(statistics.median(values), 3),
+            "min_ms": round(min(values), 3),
+            "max_ms": round(max(values), 3),
+            "runs": len(values),
+        }
+        for name, values in times.items()
+    }
+
+
 # === Report ===
 
 
