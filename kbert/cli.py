@@ -438,9 +438,9 @@ def build_parser():
     p.add_argument("--teacher", required=True, help="the teacher's model folder (kbert finetune --out)")
     _add_training_data(p)
     p.add_argument(
-        "--student", default="every-other",
-        help="every-other (default: the teacher's blocks 1, 3, 5, ... counting from 0, with its "
-        "weights), layers:K (K evenly spaced blocks, the last kept, with its weights), a "
+        "--student", default="layers:1",
+        help="layers:K (K of the teacher's blocks evenly spaced, the last kept, with its weights; "
+        "default layers:1, its last block), every-other (blocks 1, 3, 5, ... counting from 0), a "
         "BertConfig preset (random init) or a checkpoint as for finetune --init",
     )
     p.add_argument(
@@ -457,7 +457,8 @@ def build_parser():
     p.add_argument("--seq-len", type=positive_int, default=None, help="packed length (default: the teacher's)")
     _add_training_arguments(p)
     add_task_options(p, stored=True)
-    p.set_defaults(run=cmd_distill)
+    # kbert.training.distill's DEFAULT_LEARNING_RATE (not imported: --help loads no TensorFlow).
+    p.set_defaults(run=cmd_distill, lr=1e-4)
 
     p = sub.add_parser("evaluate", help="the task's metrics of a model on a labelled file, as JSON")
     add_model_arguments(p)

@@ -438,6 +438,22 @@ def test_bad_numbers_are_refused_at_parse_time(flag, value, message, capsys):
     assert stop.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_command_line_defaults_are_the_functions():
+    """`kbert distill` with no --student or --lr trains what `distill()` does by default
+    (the CLI keeps its own copy so that --help loads no TensorFlow)."""
+    import inspect
+
+    from kbert.cli import build_parser
+    from kbert.training.distill import DEFAULT_LEARNING_RATE, DEFAULT_STUDENT
+
+    args = build_parser().parse_args(["distill", "--teacher", "t", "--train", "a", "--dev", "b", "--out", "o"])
+    assert (args.student, args.lr) == (DEFAULT_STUDENT, DEFAULT_LEARNING_RATE)
+    defaults = inspect.signature(distill).parameters
+    assert defaults["student"].default == DEFAULT_STUDENT
+    assert defaults["learning_rate"].default == DEFAULT_LEARNING_RATE
+    assert build_parser().parse_args(["finetune", "--train", "a", "--dev", "b", "--init", "i", "--out", "o"]).lr == 5e-5
+
+
 @pytest.mark.parametrize(
     "arguments, message",
     [
