@@ -314,7 +314,6 @@ def test_distill_end_to_end(teacher_fixture, spec, layers, kept, request, capsys
     assert not [n for n in os.listdir(data["folder"]) if n.startswith(".kbert")]
 
 
-
 @pytest.mark.slow
 def test_benchmark_distill_tool(classifier, tmp_path, capsys):
     """tools/benchmark_distill.py on the tiny teacher and a 1-block student: both exported,
@@ -342,6 +341,7 @@ def test_benchmark_distill_tool(classifier, tmp_path, capsys):
     assert (teacher["num_layers"], small["num_layers"]) == (4, 1)
     assert small["parameters"] < teacher["parameters"]
     assert len(report["targets"]) == 2
+
 
 def test_unlabelled_texts_carry_the_teachers_outputs_alone(classifier, corpus):
     teacher = ModelFolder.load(classifier["teacher"])
