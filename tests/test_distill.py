@@ -16,7 +16,15 @@ from kbert.cli import main
 from kbert.config import BertConfig
 from kbert.modelfolder import ModelFolder
 from kbert.models import bert_encoder
-from kbert.tasks.distillation import HARD_WEIGHT, TARGET, TEACHER, ScoreDistillationLoss, SoftTargetLoss
+from kbert.tasks.distillation import (
+    HARD_WEIGHT,
+    TARGET,
+    TEACHER,
+    ScoreDistillationLoss,
+    SoftTargetLoss,
+    SpanDistillationLoss,
+)
+from kbert.tasks.question_answering import PADDING_LOGIT
 from kbert.training.distill import build_student, distill, kept_layers, teacher_targets, unlabelled_examples
 from tests.model_harness import tiny_inputs
 from tests.task_harness import load_tool, minilm_vocabulary, write_task_folder
@@ -24,6 +32,7 @@ from tests.test_cli import LABELS, subset, write_csv
 from tests.test_export_units import TINY
 
 STSB = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "glue-stsb")
+NORMANS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "squad-sample", "normans-dev-v2.0.json")
 # Four blocks: every-other keeps 1 and 3, layers:1 keeps 3, so the two differ.
 TEACHER_PRESET = "bert_l4_h128"
 # Float32 sums of a few dozen terms in another order than numpy's float64.
@@ -194,6 +203,42 @@ def test_score_loss_matches_numpy(alpha):
     assert abs(got - expected) <= LOSS_TOLERANCE, (got, expected)
 
 
+@pytest.mark.parametrize("temperature, alpha", [(2.0, 0.5), (1.0, 0.0), (3.0, 1.0)])
+def test_span_loss_matches_numpy(temperature, alpha):
+    """Question answering: the soft-target loss of the start and of the end, averaged, over
+    each row's own positions; the zeros that pad a shorter row's teacher logits do not count."""
+    import keras
+
+    rng = np.random.default_rng(3)
+    rows, length = 4, 12
+    used = np.array([12, 7, 9, 5])
+    padded = np.arange(length)[None, :] >= used[:, None]
+    gold = np.stack([rng.integers(0, u, 2) for u in used]).astype(np.int32)  # (rows, 2)
+    weight = np.array([1, 0, 1, 1], np.float32)
+    teacher, student = rng.normal(0, 3, (2, rows, length, 2)).astype(np.float32)
+    teacher[padded] = 0.0  # as a bucketed batch pads it
+    student[padded] = PADDING_LOGIT  # as the model's head pads
+    outputs = ("start_logits", "end_logits")
+    predicted = {name: student[..., i] for i, name in enumerate(outputs)}
+    loss = SpanDistillationLoss(temperature, alpha, outputs, PADDING_LOGIT)
+    positions = {name: gold[:, i] for i, name in enumerate(outputs)}
+    got = float(loss({TARGET: positions, TEACHER: teacher, HARD_WEIGHT: weight}, predicted))
+    per_row = [
+        np.mean([
+            _numpy_soft_target(gold[r, i : i + 1], weight[r : r + 1], teacher[r, : used[r], i][None],
+                               student[r, : used[r], i][None], temperature, alpha)
+            for i in range(2)
+        ])
+        for r in range(rows)
+    ]
+    assert abs(got - np.mean(per_row)) <= LOSS_TOLERANCE, (got, np.mean(per_row))
+    if alpha == 1.0:  # the fine-tuning loss of question-answering (run_squad.py's mean of the two)
+        fine_tuning = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        expected = np.mean([float(fine_tuning(gold[:, i], predicted[name])) for i, name in enumerate(outputs)])
+        labelled = {TARGET: positions, TEACHER: teacher, HARD_WEIGHT: np.ones(rows, np.float32)}
+        assert abs(float(loss(labelled, predicted)) - expected) <= LOSS_TOLERANCE
+
+
 JAX_SCRIPT = r"""
 import numpy as np, keras
 from kbert.models import bert_classifier
@@ -314,6 +359,59 @@ def test_distill_end_to_end(teacher_fixture, spec, layers, kept, request, capsys
     assert not [n for n in os.listdir(data["folder"]) if n.startswith(".kbert")]
 
 
+@pytest.fixture(scope="module")
+def answerer(tmp_path_factory, vocab):
+    """A 4-block SQuAD v2.0 answerer fine-tuned through the CLI on the Normans sample's first
+    three paragraphs (contexts that need two windows at 64 pieces)."""
+    folder = tmp_path_factory.mktemp("answerer")
+    with open(NORMANS, encoding="utf-8") as f:
+        data = json.load(f)
+    data["data"][0]["paragraphs"] = data["data"][0]["paragraphs"][:3]
+    path = folder / "squad.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    teacher = str(folder / "teacher")
+    assert main(["finetune", "--task", "question-answering", "--train", str(path), "--dev", str(path),
+                 "--init", TEACHER_PRESET, "--vocab", vocab, "--seq-len", "64", "--doc-stride", "32",
+                 *FAST[2:], "--out", teacher]) == 0
+    return {"teacher": teacher, "data": str(path), "folder": folder}
+
+
+def test_distill_question_answering(answerer, capsys):
+    """A span task: the student learns start and end from the teacher (windows and all), is an
+    ordinary model folder, and a question whose answer cannot be found weighs 0 in the gold loss."""
+    teacher = ModelFolder.load(answerer["teacher"])
+    examples = teacher.task.read(answerer["data"])
+    encoded = teacher_targets(teacher, teacher.task, examples, [], 8, log=lambda line: None)
+    targets = encoded.targets
+    assert sorted(targets[TARGET]) == ["end_logits", "start_logits"]
+    assert targets[TEACHER].shape == (len(encoded), teacher.sequence_length, 2)
+    outputs = teacher.outputs(encoded.features)
+    np.testing.assert_allclose(targets[TEACHER][..., 1], outputs["end_logits"], atol=OUTPUT_TOLERANCE)
+    np.testing.assert_array_equal(targets[HARD_WEIGHT], teacher.task.hard_weights(teacher.task.encode(examples)))
+    assert len(encoded) > len(examples)  # some contexts take two windows
+    # A question whose answer run_squad.py cannot find (none here: one is marked so) is
+    # left out of fine-tuning; a student learns its rows from the teacher alone.
+    plain = teacher.task.encode(examples)
+    plain.extra["questions"][1].skipped = True
+    expected = np.where(plain.example_of_row == 1, 0.0, 1.0)
+    assert expected.min() == 0.0
+    np.testing.assert_array_equal(teacher.task.hard_weights(plain), expected)
+
+    capsys.readouterr()
+    out = str(answerer["folder"] / "student")
+    assert main(["distill", "--teacher", answerer["teacher"], "--train", answerer["data"],
+                 "--dev", answerer["data"], *FAST[2:], "--out", out]) == 0
+    printed = json.loads(capsys.readouterr().out.splitlines()[-1])
+    student = ModelFolder.load(out)
+    assert student.config.num_layers == 1 and student.task.name == "question-answering"
+    metrics = json.load(open(os.path.join(out, "metrics.json")))
+    assert metrics["distillation"]["teacher_layers"] == [3] and np.isfinite(metrics["history"]["loss"]).all()
+    assert printed["dev"]["n"] == metrics["n"] == len(examples)
+    assert main(["evaluate", "--model", out, "--data", answerer["data"]]) == 0
+    figures = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert figures["f1"] == pytest.approx(metrics["f1"], abs=1e-6)
+
+
 @pytest.mark.slow
 def test_benchmark_distill_tool(classifier, tmp_path, capsys):
     """tools/benchmark_distill.py on the tiny teacher and a 1-block student: both exported,
@@ -399,7 +497,7 @@ def untrained(tmp_path_factory):
         ("regressor", "pairs", ["--unlabelled", "corpus"],
          "task 'text-pair-regression' takes no --unlabelled texts"),
         ("classifier", "texts", ["--unlabelled", "missing.txt"], "--unlabelled missing.txt: no such file"),
-        ("qa", "texts", [], "task 'question-answering' cannot be distilled yet"),
+        ("qa", "pairs", ["--unlabelled", "corpus"], "task 'question-answering' takes no --unlabelled texts"),
         ("classifier", "pairs", [], "no column 'text'"),
     ],
 )

@@ -301,6 +301,11 @@ class Task:
         """
         raise ValueError(f"task {self.name!r} cannot be distilled yet (kbert distill)")
 
+    def hard_weights(self, encoded):
+        """float32 `(rows,)`: 1 for a row whose gold target the student learns, 0 for a row
+        it learns from the teacher's outputs alone (every encoded row has a target here)."""
+        return np.ones(len(encoded), np.float32)
+
     def distillation_targets(self, targets, teacher_outputs, hard_weight):
         """What `distillation_loss` compares the student's outputs with.
 

@@ -6,9 +6,9 @@ row per encoded row (`distillation_targets`):
 
 | key | what |
 | --- | --- |
-| `TARGET` | the task's own targets (`Task.encode`): class ids, scores, tag ids |
-| `TEACHER` | the teacher's output on the same row (logits, a score) |
-| `HARD_WEIGHT` | float32, 1 for a labelled row, 0 for an unlabelled one (its target is a placeholder) |
+| `TARGET` | the task's own targets (`Task.encode`): class ids, scores, tag ids, a span's start and end |
+| `TEACHER` | the teacher's output on the same row (logits, a score, start and end logits) |
+| `HARD_WEIGHT` | float32, 1 for a labelled row, 0 for one without a usable target (an unlabelled text; a question whose answer cannot be found) |
 
 Each loss is the mean over the batch's counted positions (its rows, or the
 tagged tokens of a per-token task) of
@@ -95,9 +95,9 @@ class SoftTargetLoss(DistillationLoss):
             counted = ops.ones_like(target, dtype="bool")
         else:
             counted = ops.not_equal(target, self.ignored)
-        classes = student.shape[-1]
-        gold = ops.one_hot(ops.where(counted, target, 0), classes, dtype="float32")
-        hard = -ops.sum(gold * ops.log_softmax(student, axis=-1), axis=-1)
+        # The gold class's log-probability (a span's length varies with its batch).
+        gold = ops.expand_dims(ops.where(counted, target, 0), -1)
+        hard = -ops.squeeze(ops.take_along_axis(ops.log_softmax(student, axis=-1), gold, axis=-1), -1)
         t = self.temperature
         teacher_log = ops.log_softmax(teacher / t, axis=-1)
         kl = ops.sum(ops.exp(teacher_log) * (teacher_log - ops.log_softmax(student / t, axis=-1)), axis=-1)
@@ -122,3 +122,37 @@ class ScoreDistillationLoss(DistillationLoss):
         hard = ops.mean(ops.square(student - target), axis=-1)
         soft = ops.mean(ops.square(student - teacher), axis=-1)
         return hard, soft, ops.ones_like(hard, dtype="bool")
+
+
+class SpanDistillationLoss(SoftTargetLoss):
+    """`SoftTargetLoss` on a span's start and on its end, averaged over the two (question answering).
+
+    run_squad.py's loss is the mean of the start and end cross-entropies over
+    the window's positions; this is the same with the teacher's softened start
+    and end distributions beside the gold positions. The student's outputs are
+    a dict of `(batch, length)` logits, one per name in `outputs`, with padding
+    at `padding_logit`; the targets' `TARGET` is the task's own dict of `(batch,)`
+    gold positions under the same names, and `TEACHER` `(batch, length, 2)`,
+    the teacher's start and end logits (cut and padded with the row, so a
+    position the student pads is padding for the teacher too).
+
+    Args:
+        temperature, alpha: as for `SoftTargetLoss`.
+        outputs: the names of the start and end logits, in that order.
+        padding_logit: float. The logit of a padded position.
+    """
+
+    def __init__(self, temperature, alpha, outputs, padding_logit, name="span_distillation"):
+        super().__init__(temperature, alpha, name=name)
+        self.outputs = tuple(outputs)
+        self.padding_logit = float(padding_logit)
+
+    def call(self, y_true, y_pred):
+        student = ops.stack([ops.cast(y_pred[name], "float32") for name in self.outputs], axis=1)
+        target = ops.stack([y_true[TARGET][name] for name in self.outputs], axis=1)
+        teacher = ops.transpose(ops.cast(y_true[TEACHER], "float32"), (0, 2, 1))
+        teacher = ops.where(student <= self.padding_logit, self.padding_logit, teacher)
+        return super().call({**y_true, TARGET: target, TEACHER: teacher}, student)
+
+    def get_config(self):
+        return {**super().get_config(), "outputs": self.outputs, "padding_logit": self.padding_logit}

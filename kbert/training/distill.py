@@ -384,11 +384,12 @@ def teacher_targets(teacher, task, examples, unlabelled, batch_size, log):
     """The rows of `examples` and `unlabelled`, with the task's distillation targets.
 
     The teacher's outputs are computed once, in inference mode. Unlabelled
-    rows get placeholder targets (zeros) of hard-loss weight 0.
+    rows get placeholder targets (zeros) of hard-loss weight 0, as do the rows
+    the task has no usable target for (`Task.hard_weights`).
     """
     encoded = task.encode(examples)
     features, targets = encoded.features, encoded.targets
-    hard_weight = np.ones(len(encoded), np.float32)
+    hard_weight = task.hard_weights(encoded)
     if unlabelled:
         extra = task.encode(unlabelled, targets=False)
         features = {name: np.concatenate([features[name], extra.features[name]]) for name in features}
