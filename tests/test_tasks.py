@@ -140,6 +140,31 @@ def test_pair_encoding_matches_hugging_face_on_real_pairs(mrpc_dev, sequence_len
     assert truncated > 0 or sequence_length == 128
 
 
+def test_run_in_length_batches_gives_each_rows_own_output():
+    """`run` batches rows of similar length, each batch cut to its longest row,
+    and puts the outputs back in the rows' order: every row's output is the
+    model's on the row padded to the full length. The validation batches
+    hold every row once, with its own target."""
+    task = task_instance("text-pair-regression", {}, 64)
+    model = task.build_model(TINY)
+    pairs = TASKS["text-pair-regression"].read(os.path.join(STSB, "dev.tsv"))[:150]
+    examples = [dict(e, target=float(row)) for row, e in enumerate(pairs)]  # names its row
+    encoded = task.encode(examples)
+    full = model.predict(encoded.features, batch_size=64, verbose=0)
+    outputs = task.run(model, encoded.features, batch_size=16)
+    np.testing.assert_allclose(outputs["score"], full, atol=1e-5)
+    widths = [width for _, width in task.batches_by_length(encoded.features, 16)]
+    assert widths == sorted(widths) and widths[0] == 32 and widths[-1] == 64
+    seen = []
+    for features, targets in task.eval_dataset(encoded, 16):
+        used = features["padding_mask"].numpy().sum(axis=1)
+        assert features["token_ids"].shape[1] in widths and used.max() > features["token_ids"].shape[1] - 32
+        rows = [int(t) for t in targets.numpy().reshape(-1)]
+        np.testing.assert_array_equal(used, encoded.features["padding_mask"][rows].sum(axis=1))
+        seen += rows
+    assert sorted(seen) == list(range(len(examples)))
+
+
 def test_tflite_packing_equals_the_packer(mrpc_dev):
     """The builtin-op packing of the TFLite text variant gives the preprocessor's inputs."""
     task = task_instance("text-pair-classification", {"labels": ["0", "1"]}, 32)

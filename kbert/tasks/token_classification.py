@@ -33,7 +33,7 @@ import numpy as np
 
 from kbert.config import ENCODER_INPUTS
 from kbert.tabular import read_text
-from kbert.tasks.base import BUCKET_WIDTH, ENCODE_CHUNK, FLOAT_TOLERANCE, Encoded, Option, Task
+from kbert.tasks.base import ENCODE_CHUNK, FLOAT_TOLERANCE, Encoded, Option, Task
 
 # The target of positions the loss and the metric ignore: [CLS], [SEP],
 # padding and every piece of a word but its first.
@@ -268,39 +268,6 @@ class TokenClassification(Task):
             "word_row": word_row,
             "word_position": word_first - tf.gather(first, word_row) + 1,  # after [CLS]
         }
-
-    def batches_by_length(self, features, batch_size):
-        """Row indices in batches of similar length, each with its width: its longest
-        row rounded up to `BUCKET_WIDTH`.
-
-        Padding every batch to `sequence_length` would make CoNLL's sentences
-        (median 16 pieces) cost as much as 128-piece ones.
-        """
-        lengths = features["padding_mask"].sum(axis=1)
-        order = np.argsort(lengths, kind="stable")
-        for begin in range(0, len(order), batch_size):
-            index = order[begin : begin + batch_size]
-            width = -(-int(lengths[index].max()) // BUCKET_WIDTH) * BUCKET_WIDTH
-            yield index, min(self.sequence_length, width)
-
-    def eval_dataset(self, encoded, batch_size):
-        """Batches of similar length, each cut to its width (`batches_by_length`)."""
-        import tensorflow as tf
-
-        batches = list(self.batches_by_length(encoded.features, batch_size))
-
-        def generate():
-            for index, width in batches:
-                features = {name: encoded.features[name][index, :width] for name in ENCODER_INPUTS}
-                yield features, encoded.targets[index, :width]
-
-        spec = tf.TensorSpec([None, None], tf.int32)
-        ds = tf.data.Dataset.from_generator(
-            generate, output_signature=({name: spec for name in ENCODER_INPUTS}, spec)
-        )
-        # A known count: Keras warns of data running out on a dataset of unknown size.
-        ds = ds.apply(tf.data.experimental.assert_cardinality(len(batches)))
-        return ds.prefetch(tf.data.AUTOTUNE)
 
     # === Model ===
 
