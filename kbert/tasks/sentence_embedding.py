@@ -27,7 +27,7 @@ import os
 import numpy as np
 
 from kbert.config import ENCODER_INPUTS, POOLINGS
-from kbert.tasks.base import BUCKET_WIDTH, Option, TextTask, check_finite
+from kbert.tasks.base import Option, TextTask, check_finite
 from kbert.tasks.text_pair_classification import PAIR_OPTIONS
 from kbert.tasks.text_pair_regression import SPEARMAN_BUDGETS, TextPairRegression, regression_metrics
 
@@ -188,27 +188,14 @@ class SentenceEmbedding(TextTask):
     # === Inference ===
 
     def run(self, model, features, batch_size=64):
-        """The model's vectors; rows batched by length, each batch cut to its longest.
+        """The model's vectors, one a row (`Task.run_by_length`).
 
-        Pooling reads only the real tokens, so the padding after them is work
-        wasted: each batch runs at its longest row's length, rounded up to
-        `BUCKET_WIDTH` (few shapes to trace). `predict_on_batch` rather than
-        `predict`, whose ~0.1 s of set-up per call is most of a single query's time.
+        Pooling reads only the real tokens, so the padding after them is
+        work wasted: each batch runs at its longest row's length.
         """
-        features = {name: np.asarray(features[name]) for name in ENCODER_INPUTS}
-        rows, width = features[ENCODER_INPUTS[0]].shape
-        if not rows:
+        if not len(features[ENCODER_INPUTS[0]]):
             return super().run(model, features, batch_size)  # its error
-        lengths = np.maximum(features["padding_mask"].sum(axis=1), 1)
-        order = np.argsort(lengths, kind="stable")
-        chunks = []
-        for start in range(0, rows, batch_size):
-            batch = order[start : start + batch_size]
-            cut = min(width, -(-int(lengths[batch].max()) // BUCKET_WIDTH) * BUCKET_WIDTH)
-            chunks.append(np.asarray(model.predict_on_batch({n: features[n][batch, :cut] for n in ENCODER_INPUTS})))
-        vectors = np.empty((rows,) + chunks[0].shape[1:], np.float32)
-        vectors[order] = np.concatenate(chunks)
-        return check_finite({"embedding": vectors})
+        return check_finite(self.run_by_length(model, features, batch_size))
 
     def decode(self, examples, encoded, outputs):
         """Per example, its texts' vectors: float32 `(texts, dimension)`."""
