@@ -81,6 +81,7 @@ def add_task_options(parser, stored=False):
             default = "" if option.default is None else f"default {option.default!r}; "
             group.add_argument(
                 "--" + option.name.replace("_", "-"), dest=option.name, default=None,
+                choices=option.choices,
                 help=f"{option.help} ({default}{', '.join(users)})",
             )
 

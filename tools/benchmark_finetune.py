@@ -17,7 +17,10 @@ regression). Prints one JSON object; `--out FILE` writes it too.
         --impls kbert,keras-hub --seeds 0,1,2
     python tools/benchmark_finetune.py --task text-pair-regression \\
         --train ../shared/data/glue-stsb/train.tsv --dev ../shared/data/glue-stsb/dev.tsv \\
-        --impls kbert --seeds 0,1,2
+        --impls kbert,kbert:head=cross --seeds 0,1,2
+
+`kbert:NAME=VALUE[:NAME=VALUE]` runs kbert with task options (`kbert finetune
+--NAME VALUE`), so that variants run side by side in one run.
 """
 
 import argparse
@@ -66,9 +69,17 @@ def parse_args(argv=None):
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
     args.impls = [i for i in args.impls.split(",") if i]
-    unknown = [i for i in args.impls if i not in IMPLS + HYBRIDS]
-    if unknown:
-        parser.error(f"--impls {unknown[0]}: expected some of {', '.join(IMPLS + HYBRIDS)}")
+    names = {o.name for o in TASKS[args.task].options}
+    for impl in args.impls:
+        base, *options = impl.split(":")
+        if base not in IMPLS + HYBRIDS or options and base != "kbert":
+            parser.error(f"--impls {impl}: expected some of {', '.join(IMPLS + HYBRIDS)}, "
+                         "or kbert:NAME=VALUE with options of the task")
+        for option in options:
+            name, _, value = option.partition("=")
+            if name.replace("-", "_") not in names or not value:
+                parser.error(f"--impls {impl}: {option!r} is not NAME=VALUE with an option of "
+                             f"{args.task} ({', '.join(sorted(names))})")
     try:
         args.seeds = [int(s) for s in args.seeds.split(",") if s]
     except ValueError:
@@ -84,12 +95,21 @@ def log(message):
     print(message, file=sys.stderr, flush=True)
 
 
-def run_kbert(args, seed, work):
+def impl_options(impl):
+    """The task options of an `--impls` entry `kbert:NAME=VALUE:...`."""
+    return dict(
+        (name.replace("-", "_"), value)
+        for name, _, value in (option.partition("=") for option in impl.split(":")[1:])
+    )
+
+
+def run_kbert(args, seed, work, options=None):
     from kbert.tasks import get_task
     from kbert.training.finetune import finetune
 
     metrics = finetune(
-        args.train, args.dev, args.init, os.path.join(work, f"kbert-{seed}"), task=args.task,
+        args.train, args.dev, args.init, os.path.join(work, f"kbert-{seed}-{len(os.listdir(work))}"),
+        task=args.task, options=options,
         sequence_length=args.seq_len, batch_size=args.batch_size, epochs=args.epochs,
         learning_rate=args.lr, warmup_fraction=args.warmup, weight_decay=args.weight_decay,
         layer_decay=args.layer_decay, ema_momentum=args.ema, reinit_pooler=args.reinit_pooler,
@@ -252,8 +272,8 @@ def main(argv=None):
         for seed in args.seeds:
             for impl in args.impls:
                 log(f"{impl}, seed {seed}")
-                if impl == "kbert":
-                    figures = run_kbert(args, seed, work)
+                if impl.split(":")[0] == "kbert":
+                    figures = run_kbert(args, seed, work, impl_options(impl))
                 else:
                     model_from = "kbert" if impl in HYBRIDS else "keras-hub"
                     figures = run_keras_hub(args, seed, task_class, train, dev, model_from)

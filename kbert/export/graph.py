@@ -26,7 +26,8 @@ quantizer has no int32 tensor it cannot calibrate. onnxruntime's fusions need
 the per-layer form, so the ONNX graph keeps it.
 
 `encoder_outputs` computes the encoder this way; `model_outputs` then calls
-the task's head (`Task.head`, the model's own float32 head layers) on it.
+the task's head (`Task.head`, the model's own float32 head layers) on it,
+and gives the head the same pass for any other rows it reads.
 The last block computes [CLS] alone for TFLite only when the head reads the
 pooled output alone (`Task.reads_sequence`).
 
@@ -73,7 +74,9 @@ def model_outputs(task, model, features, target="onnx"):
     encoder = task_encoder(model)
     first_token_only = target == "tflite" and not task.reads_sequence
     outputs = encoder_outputs(encoder, features, target, first_token_only)
-    return task.head(model, outputs, features)
+    return task.head(
+        model, outputs, features, encode=lambda rows: encoder_outputs(encoder, rows, target)
+    )
 
 
 def encoder_outputs(encoder, features, target="onnx", first_token_only=False):

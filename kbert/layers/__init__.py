@@ -5,13 +5,16 @@ from kbert.layers.embeddings import PositionEmbedding
 from kbert.layers.encoder_block import TransformerEncoderBlock
 from kbert.layers.normalization import L2Normalization
 from kbert.layers.pooling import FirstTokenPooling, MaskedMaxPooling, MaskedMeanPooling
+from kbert.layers.segments import CosineScore, PairSegments
 
 __all__ = [
+    "CosineScore",
     "FirstTokenPooling",
     "L2Normalization",
     "MaskedMaxPooling",
     "MaskedMeanPooling",
     "MultiHeadSelfAttention",
+    "PairSegments",
     "PositionEmbedding",
     "TransformerEncoderBlock",
 ]

@@ -1,6 +1,6 @@
 """Functional builders that return plain `keras.Model`s with stable layer names."""
 
-from kbert.models.classifier import bert_classifier, bert_regressor
+from kbert.models.classifier import bert_classifier, bert_pair_regressor, bert_regressor
 from kbert.models.embedder import bert_embedder
 from kbert.models.encoder import ENCODER_INPUTS, bert_encoder, rewire_encoder
 
@@ -8,6 +8,7 @@ __all__ = [
     "ENCODER_INPUTS",
     "bert_classifier",
     "bert_embedder",
+    "bert_pair_regressor",
     "bert_regressor",
     "bert_encoder",
     "rewire_encoder",

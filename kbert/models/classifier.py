@@ -1,7 +1,9 @@
-"""`bert_classifier` and `bert_regressor`: a linear head on the pooled [CLS] output."""
+"""`bert_classifier` and `bert_regressor`: a linear head on the pooled [CLS] output;
+`bert_pair_regressor`: that head plus the cosine of each text's own vector."""
 
 import keras
 
+from kbert.layers import CosineScore, L2Normalization, MaskedMeanPooling, PairSegments
 from kbert.models.encoder import as_encoder, encoder_inputs, rewire_encoder
 
 # Dropout before the classification head, as in the BERT paper's fine-tuning.
@@ -49,6 +51,56 @@ def bert_regressor(encoder_or_config, dropout=DEFAULT_HEAD_DROPOUT, dtype=None, 
         the output layer is named "score".
     """
     return _pooled_head(encoder_or_config, 1, "score", dropout, dtype, name)
+
+
+def bert_pair_regressor(
+    encoder_or_config, score_range=(0.0, 1.0), dropout=DEFAULT_HEAD_DROPOUT, dtype=None,
+    name="bert_pair_regressor",
+):
+    """A pair regressor that reads the pair together and each text alone.
+
+    Its score is a cross-encoder's, a linear output on the pooled [CLS]
+    vector of `[CLS] a [SEP] b [SEP]`, plus a bi-encoder's: the cosine of the
+    mean-pooled vectors of `[CLS] a [SEP]` and `[CLS] b [SEP]` (sentence-
+    transformers' embedding), scaled and shifted by two trained weights.
+    The same encoder computes all three rows, rebuilt from the packed pair
+    (`PairSegments`), so the model takes the inputs every pair model takes.
+    The cosine term starts as the cosine mapped onto `score_range` and the
+    linear output near 0: training starts from the checkpoint's zero-shot
+    similarity. Three encoder passes instead of one.
+
+    Args:
+        encoder_or_config, dropout, dtype, name: as for `bert_classifier`.
+        score_range: (low, high) floats. The training scores' range.
+
+    Returns:
+        A `keras.Model` from the encoder inputs to `(batch, 1)` float32
+        scores. Its head layers: "cross_score" (the linear output),
+        "pair_segments", "segment_pooling", "segment_normalize",
+        "cosine_score" and "score" (their sum).
+    """
+    low, high = (float(value) for value in score_range)
+    encoder = as_encoder(encoder_or_config, dtype=dtype)
+    inputs = encoder_inputs()
+    pooled = encoder(inputs)["pooled_output"]
+    pooled = keras.layers.Dropout(dropout, dtype=dtype, name="classifier_dropout")(pooled)
+    cross = keras.layers.Dense(
+        1,
+        kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+        dtype="float32",
+        name="cross_score",
+    )(pooled)
+    segments = PairSegments(dtype="int32", name="pair_segments")(
+        inputs["token_ids"], inputs["segment_ids"], inputs["padding_mask"]
+    )
+    vectors = MaskedMeanPooling(dtype="float32", name="segment_pooling")(
+        encoder(segments)["sequence_output"], padding_mask=segments["padding_mask"]
+    )
+    vectors = L2Normalization(dtype="float32", name="segment_normalize")(vectors)
+    # A cosine of 0 maps to the lowest score, of 1 to the highest.
+    cosine = CosineScore(scale=high - low, offset=low, dtype="float32", name="cosine_score")(vectors)
+    score = keras.layers.Add(dtype="float32", name="score")([cross, cosine])
+    return keras.Model(inputs=inputs, outputs=score, name=name)
 
 
 def _pooled_head(encoder_or_config, units, output_name, dropout, dtype, name):

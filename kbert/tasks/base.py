@@ -54,6 +54,8 @@ class Option:
     name: str
     help: str
     default: object = None
+    # The values it may take (checked when the command line is parsed), or None.
+    choices: tuple = None
 
 
 @dataclasses.dataclass
@@ -308,7 +310,7 @@ class Task:
         """`loss` and `metrics` for `model.compile`."""
         raise NotImplementedError
 
-    def head(self, model, encoder_outputs, features):
+    def head(self, model, encoder_outputs, features, encode=None):
         """The head of `model` on encoder outputs computed elsewhere.
 
         Args:
@@ -316,6 +318,10 @@ class Task:
             encoder_outputs: dict with `sequence_output` and `pooled_output`
                 (float32 TensorFlow tensors).
             features: the encoder inputs.
+            encode: callable(features) -> encoder outputs, the same pass on
+                other rows (full sequences), for a head that reads more
+                rows than the model's input (`text-pair-regression`'s texts
+                apart).
 
         Returns:
             dict of `outputs`, float32.

@@ -372,7 +372,7 @@ class QuestionAnswering(Task):
         questions = encoded.extra["questions"]
         return np.array([0.0 if questions[q].skipped else 1.0 for q in encoded.example_of_row], np.float32)
 
-    def head(self, model, encoder_outputs, features):
+    def head(self, model, encoder_outputs, features, encode=None):
         return _span_logits(model.get_layer("qa_outputs")(encoder_outputs["sequence_output"]), features["padding_mask"])
 
     # === Inference ===

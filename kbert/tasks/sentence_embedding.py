@@ -176,7 +176,7 @@ class SentenceEmbedding(TextTask):
     def compile_args(self):
         raise ValueError(f"task {self.name!r} needs no training")
 
-    def head(self, model, encoder_outputs, features):
+    def head(self, model, encoder_outputs, features, encode=None):
         from kbert.models.embedder import NORMALIZE_LAYER, pooling_layer_name
 
         pooling = model.get_layer(pooling_layer_name(self.pooling))

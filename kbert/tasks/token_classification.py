@@ -301,7 +301,7 @@ class TokenClassification(Task):
             "metrics": [tagged_accuracy_class()(name="accuracy")],
         }
 
-    def head(self, model, encoder_outputs, features):
+    def head(self, model, encoder_outputs, features, encode=None):
         return {"logits": model.get_layer("logits")(encoder_outputs["sequence_output"])}
 
     def distillation_loss(self, temperature, alpha):
