@@ -90,6 +90,7 @@ JAX_SCRIPT = """
 import sys
 import numpy as np
 from kbert import BertConfig, bert_classifier
+from kbert.models import bert_pair_regressor
 assert "tensorflow" not in sys.modules, "model code imported TensorFlow"
 config = BertConfig(vocab_size=50, hidden_size=16, num_layers=2, num_heads=2,
                     intermediate_size=32, max_position_embeddings=32)
@@ -98,8 +99,14 @@ x = {"token_ids": np.ones((2, 5), "int32"), "segment_ids": np.zeros((2, 5), "int
      "padding_mask": np.ones((2, 5), "int32")}
 model.compile(optimizer="adamw", loss="sparse_categorical_crossentropy", jit_compile=True)
 model.fit(x, np.array([0, 1]), epochs=1, verbose=0)
+pairs = {"token_ids": np.array([[2, 5, 3, 6, 7, 3, 0]] * 2, "int32"),
+         "segment_ids": np.array([[0, 0, 0, 1, 1, 1, 0]] * 2, "int32"),
+         "padding_mask": np.array([[1, 1, 1, 1, 1, 1, 0]] * 2, "int32")}
+regressor = bert_pair_regressor(config, (0.0, 5.0))
+regressor.compile(optimizer="adamw", loss="mse", jit_compile=True)
+regressor.fit(pairs, np.array([1.0, 4.0]), epochs=1, verbose=0)
 assert "tensorflow" not in sys.modules, "training imported TensorFlow"
-print("jax ok", model(x).shape)
+print("jax ok", model(x).shape, regressor(pairs).shape)
 """
 
 
