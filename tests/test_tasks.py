@@ -357,10 +357,16 @@ def test_pair_regression_export(trained_pairs):
     from kbert.export import export_model, savedmodel
 
     out = str(trained_pairs["folder"] / "export" / "stsb")
+    lines = []
     report = export_model(
         trained_pairs["model"], out, data=trained_pairs["dev"], formats="savedmodel,tflite,onnx",
-        quantizations="none,fp16", max_examples=16, latency_runs=3, log=lambda line: None,
+        quantizations="none,fp16,16x8", max_examples=16, latency_runs=3, log=lines.append,
     )
+    assert any(line.startswith("tflite 16x8: skipped: the cross-cosine head") for line in lines)
+    with pytest.raises(ValueError, match="tflite 16x8: the cross-cosine head splits the pair"):
+        export_model(trained_pairs["model"], out + "-16x8", data=trained_pairs["dev"],
+                     formats="tflite", quantizations="16x8", log=lines.append)
+    assert not os.path.exists(out + "-16x8")
     paths = [e["path"] for e in report["artefacts"]]
     assert paths == ["1", "onnx/model.onnx", "tflite/model_none.tflite", "tflite/model_fp16.tflite",
                      "tflite/model_text.tflite"]

@@ -120,7 +120,14 @@ def export_model(
         raise ValueError(
             f"task {task.name!r} has no {missing[0]} export; it exports to {', '.join(available)}"
         )
+    unsupported = {("tflite", q): why for q, why in task.tflite_unsupported().items()}
     plan = [(f, q) for f in formats for q in quantizations if q in SUPPORTED[f]]
+    skipped = [step for step in plan if step in unsupported]
+    plan = [step for step in plan if step not in unsupported]
+    if skipped and not plan:
+        raise ValueError(f"{skipped[0][0]} {skipped[0][1]}: {unsupported[skipped[0]]}")
+    for step in skipped:
+        log(f"{step[0]} {step[1]}: skipped: {unsupported[step]}")
     if not plan:
         raise ValueError(
             f"formats {', '.join(formats)} have no quantization among {', '.join(quantizations)}; "

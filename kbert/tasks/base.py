@@ -495,6 +495,11 @@ class Task:
         """
         raise NotImplementedError
 
+    def tflite_unsupported(self):
+        """TFLite quantizations this model's graph cannot take: name -> why (the
+        exporter skips them). Default: none."""
+        return {}
+
     def scores(self, outputs):
         """The numbers a float32 artefact must reproduce within `FLOAT_TOLERANCE`."""
         return np.concatenate([np.asarray(outputs[n], np.float32).reshape(len(outputs[n]), -1)

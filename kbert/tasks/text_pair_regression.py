@@ -136,6 +136,12 @@ class TextPairRegression(TextTask):
         cosine = model.get_layer("cosine_score")(vectors)
         return {"score": model.get_layer("score")([cross, cosine])}
 
+    def tflite_unsupported(self):
+        if self.head_name == "cross":
+            return {}
+        return {"16x8": "the cross-cosine head splits the pair with int32 arithmetic, whose "
+                        "inputs LiteRT's 16x8 quantizer cannot calibrate (use dynamic or int8)"}
+
     def distillation_loss(self, temperature, alpha):
         """`alpha * MSE(gold) + (1 - alpha) * MSE(teacher's score)`; a score has no temperature."""
         from kbert.tasks.distillation import ScoreDistillationLoss
