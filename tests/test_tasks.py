@@ -381,3 +381,25 @@ def test_pair_regression_export(trained_pairs):
     np.testing.assert_allclose(scores["score"].numpy(), expected, atol=1e-4)
     rest = json.load(open(os.path.join(out, "rest_example.json")))
     assert sorted(rest["request"]["instances"][0]) == ["sentence1", "sentence2"]
+
+
+@pytest.mark.parametrize(
+    "impls, message",
+    [
+        ("kbert:hed=x", "--impls kbert:hed=x: expected kbert:NAME=VALUE with options of text-pair-regression"),
+        ("kbert:head", "--impls kbert:head: expected kbert:NAME=VALUE"),
+        ("keras-hub:head=cross", "--impls keras-hub:head=cross: expected some of kbert, keras-hub"),
+    ],
+)
+def test_benchmark_variants_take_the_tasks_options(impls, message, capsys):
+    """`tools/benchmark_finetune.py --impls kbert:NAME=VALUE` passes task options to kbert's runs."""
+    from tests.task_harness import load_tool
+
+    tool = load_tool("benchmark_finetune")
+    data = ["--task", "text-pair-regression", "--train", os.path.join(STSB, "train.tsv"),
+            "--dev", os.path.join(STSB, "dev.tsv")]
+    args = tool.parse_args(data + ["--impls", "kbert,kbert:head=cross"])
+    assert [tool.impl_options(impl) for impl in args.impls] == [{}, {"head": "cross"}]
+    with pytest.raises(SystemExit):
+        tool.parse_args(data + ["--impls", impls])
+    assert message in capsys.readouterr().err

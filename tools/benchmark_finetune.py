@@ -71,15 +71,13 @@ def parse_args(argv=None):
     args.impls = [i for i in args.impls.split(",") if i]
     names = {o.name for o in TASKS[args.task].options}
     for impl in args.impls:
-        base, *options = impl.split(":")
+        base, options = impl.split(":")[0], impl_options(impl)
         if base not in IMPLS + HYBRIDS or options and base != "kbert":
             parser.error(f"--impls {impl}: expected some of {', '.join(IMPLS + HYBRIDS)}, "
                          "or kbert:NAME=VALUE with options of the task")
-        for option in options:
-            name, _, value = option.partition("=")
-            if name.replace("-", "_") not in names or not value:
-                parser.error(f"--impls {impl}: {option!r} is not NAME=VALUE with an option of "
-                             f"{args.task} ({', '.join(sorted(names))})")
+        if any(name not in names or not value for name, value in options.items()):
+            parser.error(f"--impls {impl}: expected kbert:NAME=VALUE with options of "
+                         f"{args.task} ({', '.join(sorted(names))})")
     try:
         args.seeds = [int(s) for s in args.seeds.split(",") if s]
     except ValueError:
@@ -103,13 +101,13 @@ def impl_options(impl):
     )
 
 
-def run_kbert(args, seed, work, options=None):
+def run_kbert(args, seed, work, impl="kbert"):
     from kbert.tasks import get_task
     from kbert.training.finetune import finetune
 
     metrics = finetune(
-        args.train, args.dev, args.init, os.path.join(work, f"kbert-{seed}-{len(os.listdir(work))}"),
-        task=args.task, options=options,
+        args.train, args.dev, args.init, os.path.join(work, f"{impl}-{seed}".replace(":", "_")),
+        task=args.task, options=impl_options(impl),
         sequence_length=args.seq_len, batch_size=args.batch_size, epochs=args.epochs,
         learning_rate=args.lr, warmup_fraction=args.warmup, weight_decay=args.weight_decay,
         layer_decay=args.layer_decay, ema_momentum=args.ema, reinit_pooler=args.reinit_pooler,
@@ -273,7 +271,7 @@ def main(argv=None):
             for impl in args.impls:
                 log(f"{impl}, seed {seed}")
                 if impl.split(":")[0] == "kbert":
-                    figures = run_kbert(args, seed, work, impl_options(impl))
+                    figures = run_kbert(args, seed, work, impl)
                 else:
                     model_from = "kbert" if impl in HYBRIDS else "keras-hub"
                     figures = run_keras_hub(args, seed, task_class, train, dev, model_from)

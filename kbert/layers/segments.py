@@ -42,10 +42,11 @@ class PairSegments(keras.layers.Layer):
         shifted = ops.take_along_axis(token_ids, source, axis=1)
         second = ops.cast(positions <= second_length, "int32")
         second_tokens = ops.where(positions == 0, token_ids[:, :1], shifted) * second
+        mask = ops.concatenate([first, second], axis=0)
         return {
             "token_ids": ops.concatenate([token_ids * first, second_tokens], axis=0),
-            "segment_ids": ops.zeros_like(ops.concatenate([token_ids, token_ids], axis=0)),
-            "padding_mask": ops.concatenate([first, second], axis=0),
+            "segment_ids": ops.zeros_like(mask),
+            "padding_mask": mask,
         }
 
     def compute_output_spec(self, token_ids, segment_ids, padding_mask):

@@ -82,14 +82,7 @@ def bert_pair_regressor(
     low, high = (float(value) for value in score_range)
     encoder = as_encoder(encoder_or_config, dtype=dtype)
     inputs = encoder_inputs()
-    pooled = encoder(inputs)["pooled_output"]
-    pooled = keras.layers.Dropout(dropout, dtype=dtype, name="classifier_dropout")(pooled)
-    cross = keras.layers.Dense(
-        1,
-        kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
-        dtype="float32",
-        name="cross_score",
-    )(pooled)
+    cross = _linear_output(encoder(inputs)["pooled_output"], 1, "cross_score", dropout, dtype)
     segments = PairSegments(dtype="int32", name="pair_segments")(
         inputs["token_ids"], inputs["segment_ids"], inputs["padding_mask"]
     )
@@ -108,13 +101,17 @@ def _pooled_head(encoder_or_config, units, output_name, dropout, dtype, name):
     # model trains them) but computes only [CLS] in its last block.
     encoder = rewire_encoder(as_encoder(encoder_or_config, dtype=dtype), first_token_only=True)
     inputs = encoder_inputs()
-    pooled = encoder(inputs)["pooled_output"]
+    outputs = _linear_output(encoder(inputs)["pooled_output"], units, output_name, dropout, dtype)
+    return keras.Model(inputs=inputs, outputs=outputs, name=name)
+
+
+def _linear_output(pooled, units, output_name, dropout, dtype):
+    """Dropout, then a Dense of `units` on the pooled [CLS] vector, BERT's fine-tuning head."""
     pooled = keras.layers.Dropout(dropout, dtype=dtype, name="classifier_dropout")(pooled)
     # The head stays float32 so outputs and loss are float32 under mixed precision.
-    outputs = keras.layers.Dense(
+    return keras.layers.Dense(
         units,
         kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
         dtype="float32",
         name=output_name,
     )(pooled)
-    return keras.Model(inputs=inputs, outputs=outputs, name=name)
