@@ -12,6 +12,7 @@ import sys
 from kbert.cliargs import (
     add_model_arguments,
     add_task_options,
+    dropout_rate,
     fraction,
     learning_rate,
     positive_float,
@@ -95,6 +96,7 @@ def cmd_finetune(args):
         layer_decay=args.layer_decay,
         ema_momentum=args.ema,
         reinit_pooler=args.reinit_pooler,
+        attention_dropout=args.attention_dropout,
         jit_compile=args.xla,
         dtype=args.dtype,
         seed=args.seed,
@@ -419,6 +421,11 @@ def build_parser():
         help="end on a moving average of the weights with this momentum, e.g. 0.99",
     )
     p.add_argument("--reinit-pooler", action="store_true", help="re-initialise the pooler")
+    p.add_argument(
+        "--attention-dropout", type=dropout_rate, default=None, metavar="RATE",
+        help="dropout on the attention probabilities while fine-tuning, in [0, 1); "
+        "default: the checkpoint's (0.1)",
+    )
     p.add_argument(
         "--strategy",
         default="auto",

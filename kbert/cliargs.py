@@ -55,6 +55,14 @@ def positive_fraction(value):
     return number
 
 
+def dropout_rate(value):
+    """A dropout rate: a finite number in [0, 1)."""
+    number = _finite(value)
+    if not 0 <= number < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not in [0, 1)")
+    return number
+
+
 def fraction(value):
     """A finite number in [0, 1]."""
     number = _finite(value)

@@ -64,6 +64,30 @@ def test_minilm_sentence_embeddings_from_raw_text(minilm, reference):
     assert cosine.min() >= EMBEDDING_MIN_COSINE, f"cosines {cosine}"
 
 
+def test_dropout_overrides_keep_the_weights(minilm, reference):
+    """`overrides` sets a fine-tuning dropout rate; the checkpoint's weights and inference stay."""
+    import keras
+
+    from kbert.checkpoints.huggingface import init_encoder
+
+    checkpoint = load_hf_checkpoint("all-minilm-l6-v2", overrides={"attention_dropout": 0.0})
+    assert checkpoint.config.attention_dropout == 0.0 and checkpoint.config.hidden_dropout == 0.1
+    block = checkpoint.encoder.get_layer("transformer_layer_0")
+    assert block.attention_dropout == 0.0 and block.attention.dropout == 0.0 and block.dropout == 0.1
+    hidden, _ = max_abs_unpadded(checkpoint.encoder, reference)
+    assert hidden <= HIDDEN_STATE_ATOL
+    # Training with every dropout at 0 computes what inference does.
+    quiet = load_hf_checkpoint("all-minilm-l6-v2", overrides={"attention_dropout": 0.0, "hidden_dropout": 0.0})
+    inputs = {k: keras.ops.convert_to_tensor(v) for k, v in reference_inputs(reference).items()}
+    trained = keras.ops.convert_to_numpy(quiet.encoder(inputs, training=True)["sequence_output"])
+    real = reference["attention_mask"].astype(bool)
+    assert np.abs(trained - reference["last_hidden_state"])[real].max() <= HIDDEN_STATE_ATOL
+    with pytest.raises(ValueError, match="cannot override 'num_layers' of a checkpoint"):
+        init_encoder("all-minilm-l6-v2", overrides={"num_layers": 2})
+    with pytest.raises(ValueError, match=r"attention_dropout=1.0 must be in \[0, 1\)"):
+        init_encoder("bert_tiny", overrides={"attention_dropout": 1.0})
+
+
 def test_save_and_reload_round_trip(minilm, reference, tmp_path):
     out = tmp_path / "exported"
     save_hf_checkpoint(minilm.encoder, minilm.config, minilm.vocabulary, str(out))

@@ -389,17 +389,21 @@ def test_pair_regression_export(trained_pairs):
         ("kbert:hed=x", "--impls kbert:hed=x: expected kbert:NAME=VALUE with options of text-pair-regression"),
         ("kbert:head", "--impls kbert:head: expected kbert:NAME=VALUE"),
         ("keras-hub:head=cross", "--impls keras-hub:head=cross: expected some of kbert, keras-hub"),
+        ("keras-hub:ema=0.9", "--impls keras-hub:ema=0.9: expected some of kbert, keras-hub"),
+        ("kbert:attention-dropout=1", "--impls kbert:attention-dropout=1: 1 is not in [0, 1)"),
     ],
 )
 def test_benchmark_variants_take_the_tasks_options(impls, message, capsys):
-    """`tools/benchmark_finetune.py --impls kbert:NAME=VALUE` passes task options to kbert's runs."""
+    """`tools/benchmark_finetune.py --impls kbert:NAME=VALUE` passes task and recipe options to kbert's runs."""
     from tests.task_harness import load_tool
 
     tool = load_tool("benchmark_finetune")
     data = ["--task", "text-pair-regression", "--train", os.path.join(STSB, "train.tsv"),
             "--dev", os.path.join(STSB, "dev.tsv")]
-    args = tool.parse_args(data + ["--impls", "kbert,kbert:head=cross"])
-    assert [tool.impl_options(impl) for impl in args.impls] == [{}, {"head": "cross"}]
+    args = tool.parse_args(data + ["--impls", "kbert,kbert:head=cross:attention-dropout=0"])
+    assert [tool.impl_settings(impl) for impl in args.impls] == [
+        ({}, {}), ({"head": "cross"}, {"attention_dropout": 0.0})
+    ]
     with pytest.raises(SystemExit):
         tool.parse_args(data + ["--impls", impls])
     assert message in capsys.readouterr().err

@@ -4,6 +4,7 @@ No PyTorch needed: tensors are read and written with `safetensors.numpy`.
 """
 
 import collections
+import dataclasses
 import importlib
 import json
 import os
@@ -179,13 +180,30 @@ def _read_json(path):
         raise ValueError(f"{path} is not valid JSON: {error}") from None
 
 
-def load_hf_checkpoint(name_or_path, dtype=None):
+# The `BertConfig` fields a checkpoint may be loaded with other values of.
+OVERRIDABLE = ("hidden_dropout", "attention_dropout")
+
+
+def with_overrides(config, overrides):
+    """`config` with the `OVERRIDABLE` fields in `overrides` replaced (validated by `BertConfig`)."""
+    if not overrides:
+        return config
+    unknown = sorted(set(overrides) - set(OVERRIDABLE))
+    if unknown:
+        raise ValueError(f"cannot override {unknown[0]!r} of a checkpoint; expected one of {OVERRIDABLE}")
+    return dataclasses.replace(config, **overrides)
+
+
+def load_hf_checkpoint(name_or_path, dtype=None, overrides=None):
     """Loads a Hugging Face BERT folder into config, vocabulary and encoder.
 
     Args:
         name_or_path: a folder with `config.json`, `vocab.txt` and
             `model.safetensors`, or a name in `PACKAGED_CHECKPOINTS`.
         dtype: dtype policy of the encoder.
+        overrides: dict or None. `BertConfig` fields that change nothing the
+            weights hold (dropout rates, for fine-tuning), e.g.
+            `{"attention_dropout": 0.0}`.
 
     Returns:
         `HuggingFaceCheckpoint(config, vocabulary, lowercase, encoder)`; build
@@ -195,7 +213,7 @@ def load_hf_checkpoint(name_or_path, dtype=None):
     >>> checkpoint = load_hf_checkpoint("all-minilm-l6-v2")  # doctest: +SKIP
     """
     folder = resolve_checkpoint(name_or_path)
-    config = config_from_hf(_read_json(os.path.join(folder, "config.json")))
+    config = with_overrides(config_from_hf(_read_json(os.path.join(folder, "config.json"))), overrides)
     vocab_path = os.path.join(folder, "vocab.txt")
     weights_path = os.path.join(folder, "model.safetensors")
     for path in (vocab_path, weights_path):
@@ -244,14 +262,15 @@ def save_hf_checkpoint(encoder, config, vocabulary, path, lowercase=True):
         raise
 
 
-def init_encoder(init, dtype=None):
+def init_encoder(init, dtype=None, overrides=None):
     """An encoder from a checkpoint (folder or packaged name) or a shape preset.
 
-    Returns `(config, encoder, vocabulary or None, lowercase)`; a preset gives
-    a randomly initialised encoder and no vocabulary.
+    `overrides` as for `load_hf_checkpoint`. Returns `(config, encoder,
+    vocabulary or None, lowercase)`; a preset gives a randomly initialised
+    encoder and no vocabulary.
     """
     if init in PRESETS:
-        config = PRESETS[init]
+        config = with_overrides(PRESETS[init], overrides)
         return config, bert_encoder(config, dtype=dtype), None, True
-    checkpoint = load_hf_checkpoint(init, dtype=dtype)
+    checkpoint = load_hf_checkpoint(init, dtype=dtype, overrides=overrides)
     return checkpoint.config, checkpoint.encoder, checkpoint.vocabulary, checkpoint.lowercase

@@ -102,6 +102,7 @@ def finetune(
     layer_decay=1.0,
     ema_momentum=None,
     reinit_pooler=False,
+    attention_dropout=None,
     jit_compile=False,
     dtype=None,
     seed=0,
@@ -138,6 +139,10 @@ def finetune(
         reinit_pooler: bool. Re-initialise the pooler's dense layer instead of
             keeping the checkpoint's (Zhang et al., 2021, "Revisiting
             few-sample BERT fine-tuning").
+        attention_dropout: float in [0, 1) or None. Dropout on the attention
+            probabilities while fine-tuning, in place of the checkpoint's
+            (BERT's 0.1); 0 also skips drawing its random mask, the largest
+            tensor a step draws one for.
         jit_compile: bool. Compile the train step with XLA.
         dtype: str. A dtype policy such as "mixed_bfloat16".
         strategy: str. A `tf.distribute` strategy name (see
@@ -179,7 +184,10 @@ def finetune(
     strategy = get_strategy(strategy)
     log_batch_sizes(strategy, batch_size)
     with strategy.scope():
-        config, encoder, vocabulary, init_lowercase = init_encoder(init, dtype=dtype)
+        config, encoder, vocabulary, init_lowercase = init_encoder(
+            init, dtype=dtype,
+            overrides=None if attention_dropout is None else {"attention_dropout": attention_dropout},
+        )
     if vocab is not None:
         vocabulary = load_vocab(vocab)
     if vocabulary is None:
@@ -204,7 +212,8 @@ def finetune(
         "sequence_length": sequence_length, "batch_size": batch_size, "epochs": epochs,
         "learning_rate": learning_rate, "warmup_fraction": warmup_fraction,
         "weight_decay": weight_decay, "layer_decay": layer_decay, "ema_momentum": ema_momentum,
-        "reinit_pooler": reinit_pooler, "jit_compile": jit_compile, "dtype": dtype, "seed": seed,
+        "reinit_pooler": reinit_pooler, "attention_dropout": attention_dropout,
+        "jit_compile": jit_compile, "dtype": dtype, "seed": seed,
     }
     resume_dir, first_epoch, curve = resume_point(out, run, log)
     train_ds, steps_per_epoch = task.train_dataset(
