@@ -6,6 +6,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kbert-installed
 OUT ?= runs/debian-minilm
+# Test processes (pytest-xdist); each test file runs whole in one of them, so
+# its module fixtures are built once. Much of the suite is single-threaded
+# (tracing, conversion, subprocesses), so two share 2 cores well.
+TEST_WORKERS ?= 2
 
 .PHONY: run test bench install clean
 
@@ -27,7 +31,7 @@ run: $(STAMP)
 	$(VENV)/bin/kbert evaluate --model $(OUT) --data data/debian-packages/dev.csv
 
 test: $(STAMP)
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(STAMP)
 	$(PY) tools/benchmark.py --task classifier --presets minilm_l6_h384 --seq-lens 128 \

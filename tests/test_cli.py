@@ -49,14 +49,14 @@ def vocab():
 
 @pytest.fixture(scope="module")
 def trained(workdir, vocab):
-    """A tiny model fine-tuned through the CLI with XLA and mixed_bfloat16."""
+    """A tiny model fine-tuned through the CLI with XLA, mixed_bfloat16 and no attention dropout."""
     train = write_csv(workdir / "train.csv", subset("train", 16))
     dev = write_csv(workdir / "dev.csv", subset("dev", 6))
     out = str(workdir / "model")
     code = main([
         "finetune", "--train", train, "--dev", dev, "--init", "bert_tiny", "--vocab", vocab,
         "--seq-len", "32", "--batch-size", "8", "--epochs", "2", "--lr", "1e-3",
-        "--xla", "--dtype", "mixed_bfloat16", "--out", out,
+        "--xla", "--dtype", "mixed_bfloat16", "--attention-dropout", "0", "--out", out,
     ])
     assert code == 0
     return {"train": train, "dev": dev, "model": out}
@@ -70,6 +70,9 @@ def test_finetune_writes_model_folder(trained):
     assert set(metrics["per_class_f1"]) == set(LABELS)
     assert 0.0 <= metrics["accuracy"] <= 1.0 and metrics["n"] == 18
     assert metrics["training_curve"] and len(metrics["history"]["loss"]) == 2
+    with open(os.path.join(trained["model"], "kbert.json")) as f:
+        config = json.load(f)["bert_config"]
+    assert config["attention_dropout"] == 0.0 and config["hidden_dropout"] == 0.1
     # No staging folder left beside the output.
     assert not [n for n in os.listdir(os.path.dirname(trained["model"])) if n.startswith(".kbert")]
 

@@ -14,7 +14,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     `keras.ops.dot_product_attention`, which GPU backends lower to fused (flash)
     kernels. Dropout on the attention probabilities, as in the BERT paper, has no
     fused form, so while training with `dropout > 0` the probabilities are
-    computed explicitly (softmax in float32) and dropped.
+    computed explicitly (softmax and dropout in float32).
 
     Args:
         num_heads: int. Number of attention heads.
@@ -52,7 +52,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.key_dense = dense("key")
         self.value_dense = dense("value")
         self.output_dense = dense("attention_output")
-        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        # Drops the float32 probabilities: a float32 random draw is 1.45x as
+        # fast as a bfloat16 one on CPUs (see `TransformerEncoderBlock`).
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype="float32")
 
     def build(self, inputs_shape):
         inputs_shape = tuple(inputs_shape)
@@ -82,8 +84,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             scores = ops.cast(scores, "float32") * scale
             if mask is not None:
                 scores = ops.where(mask, scores, -1e9)
-            probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
-            probs = self.dropout_layer(probs, training=training)
+            probs = self.dropout_layer(ops.softmax(scores, axis=-1), training=training)
+            probs = ops.cast(probs, self.compute_dtype)
             context = ops.einsum("bnqk,bknh->bqnh", probs, value)
         else:
             context = ops.dot_product_attention(query, key, value, mask=mask, scale=scale)

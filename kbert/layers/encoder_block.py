@@ -36,8 +36,12 @@ class TransformerEncoderBlock(keras.layers.Layer):
     output at position 0 alone, as Model Garden's `output_range=1` does: exact,
     and it skips most of the last block's work when only [CLS] is used.
 
-    LayerNorm runs in float32 under mixed precision; its output is cast back to
-    the compute dtype so the residual stream stays in one dtype.
+    Under mixed precision the matmuls run in the compute dtype and everything
+    between them in float32: LayerNorm, the activation and dropout (whose
+    random draw is made in float32). Besides the precision, this is speed on
+    CPUs: TensorFlow's bfloat16 erf and random draws convert value by value,
+    and take 2.4x and 1.45x as long as the float32 ones. Each block's output
+    is cast back to the compute dtype, so the residual stream stays in one dtype.
     """
 
     def __init__(
@@ -99,22 +103,23 @@ class TransformerEncoderBlock(keras.layers.Layer):
             epsilon=self.layer_norm_epsilon, dtype="float32", name="output_layer_norm"
         )
         self.output_layer_norm.build(inputs_shape)
-        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype="float32")
 
-    def _add_and_norm(self, residual, x, layer_norm):
-        x = layer_norm(ops.add(ops.cast(residual, "float32"), ops.cast(x, "float32")))
+    def _add_and_norm(self, residual, x, layer_norm, training):
+        """LN(residual + Dropout(x)) in float32, cast to the compute dtype."""
+        x = self.dropout_layer(ops.cast(x, "float32"), training=training)
+        x = layer_norm(ops.add(ops.cast(residual, "float32"), x))
         return ops.cast(x, self.compute_dtype)
 
     def call(self, inputs, padding_mask=None, training=False, first_token_only=False):
         attended = self.attention(
             inputs, padding_mask=padding_mask, training=training, first_token_only=first_token_only
         )
-        attended = self.dropout_layer(attended, training=training)
         residual = inputs[:, :1, :] if first_token_only else inputs
-        x = self._add_and_norm(residual, attended, self.attention_layer_norm)
-        hidden = self._activation_fn(self.intermediate_dense(x))
-        hidden = self.dropout_layer(self.output_dense(hidden), training=training)
-        return self._add_and_norm(x, hidden, self.output_layer_norm)
+        x = self._add_and_norm(residual, attended, self.attention_layer_norm, training)
+        hidden = ops.cast(self.intermediate_dense(x), "float32")
+        hidden = ops.cast(self._activation_fn(hidden), self.compute_dtype)
+        return self._add_and_norm(x, self.output_dense(hidden), self.output_layer_norm, training)
 
     def get_config(self):
         config = super().get_config()
