@@ -9,7 +9,10 @@ each length includes tracing (`tf.function` retraces per new shape).
 
 Variants switch one thing at a time, each fitted on the same batches:
 `--no-dropout` (dropout costs random numbers on CPU), `--bucket-width N`
-(padding multiple), `--xla`, `--dtype`.
+(padding multiple), `--xla`, `--dtype`. `--trace-steps N` then fits N more
+steps under TensorFlow's profiler and adds the op time of a step by part of
+the model (activation, dropout, LayerNorm, AdamW, ...), forward and backward,
+and by op type.
 
     python tools/profile_finetune.py --train data/debian-packages/train.csv \\
         --dev data/debian-packages/dev.csv --steps 60
@@ -47,7 +50,60 @@ def parse_args(argv=None):
     parser.add_argument("--xla", action="store_true")
     parser.add_argument("--no-dropout", action="store_true", help="set every Dropout rate to 0")
     parser.add_argument("--bucket-width", type=positive_int, default=None)
+    parser.add_argument("--trace-steps", type=positive_int, default=None,
+                        help="also trace this many steps with TensorFlow's profiler")
     return parser.parse_args(argv)
+
+
+# Parts of a step: an op belongs to the first whose fragment its name holds.
+PARTS = ("dropout", "gelu", "layer_norm", "adam", "softmax", "attention", "dense", "embedding")
+
+
+def trace_ops(model, dataset, steps):
+    """Op time of `steps` fitted steps, a step's share, by part of the model and by op type.
+
+    Read from the host plane of TensorFlow's profiler trace: each op event
+    is named `scope/.../op:Type`; ops under `gradient_tape` are the backward pass.
+    """
+    import collections
+    import glob
+
+    import tensorflow as tf
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    with tempfile.TemporaryDirectory(prefix="kbert-trace-") as logdir:
+        tf.profiler.experimental.start(logdir)
+        model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)
+        tf.profiler.experimental.stop()
+        (path,) = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
+        with open(path, "rb") as f:
+            space = xplane_pb2.XSpace.FromString(f.read())
+    parts, types = collections.Counter(), collections.Counter()
+    for plane in space.planes:
+        if not plane.name.startswith("/host:"):
+            continue
+        for line in plane.lines:
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name
+                scope, _, op_type = name.rpartition(":")
+                # Ops of the traced functions; not the calls that run them.
+                if "/" not in scope or "PartitionedCall" in op_type:
+                    continue
+                lower = scope.lower()
+                part = next((p for p in PARTS if p in lower), "other")
+                direction = "backward" if "gradient_tape" in lower else "forward"
+                seconds = event.duration_ps / 1e12 / steps
+                parts[part, direction] += seconds
+                types[op_type] += seconds
+    by_part = {}
+    for (part, direction), seconds in sorted(parts.items(), key=lambda item: -item[1]):
+        by_part.setdefault(part, {})[direction] = round(seconds * 1000, 1)
+    return {
+        "steps": steps,
+        "op_ms_per_step": round(sum(types.values()) * 1000, 1),
+        "by_part_ms": by_part,
+        "top_op_types_ms": {t: round(s * 1000, 1) for t, s in types.most_common(15)},
+    }
 
 
 class StepTimer(keras.callbacks.Callback):
@@ -161,6 +217,9 @@ def main(argv=None):
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                     "load_average": [round(x, 2) for x in os.getloadavg()]},
     }
+    if args.trace_steps:
+        # The timed batches again, of mixed widths: where an average step goes.
+        report["trace"] = trace_ops(model, batches()[0].take(steps).repeat(), args.trace_steps)
     print(json.dumps(report, indent=2))
 
 
