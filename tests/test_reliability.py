@@ -204,6 +204,15 @@ def test_learning_rate_must_be_finite_and_in_range(value, capsys):
         assert "argument --lr:" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["nan", "1", "-0.1", "high"])
+def test_attention_dropout_must_be_a_rate(value, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["finetune", "--train", "t", "--dev", "d", "--init", "i", "--out", "o",
+              "--attention-dropout", value])
+    assert stop.value.code == 2
+    assert "argument --attention-dropout:" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("flag", ["--masked-lm-prob", "--short-seq-prob"])
 @pytest.mark.parametrize("value", ["nan", "1.5", "-0.1"])
 def test_probabilities_must_be_fractions(flag, value, capsys):

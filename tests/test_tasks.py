@@ -401,7 +401,7 @@ def test_benchmark_variants_take_the_tasks_options(impls, message, capsys):
     data = ["--task", "text-pair-regression", "--train", os.path.join(STSB, "train.tsv"),
             "--dev", os.path.join(STSB, "dev.tsv")]
     args = tool.parse_args(data + ["--impls", "kbert,kbert:head=cross:attention-dropout=0"])
-    assert [tool.impl_settings(impl) for impl in args.impls] == [
+    assert [args.settings[impl] for impl in args.impls] == [
         ({}, {}), ({"head": "cross"}, {"attention_dropout": 0.0})
     ]
     with pytest.raises(SystemExit):

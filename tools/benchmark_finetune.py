@@ -83,10 +83,12 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     args.impls = [i for i in args.impls.split(",") if i]
     names = {o.name for o in TASKS[args.task].options}
+    # Each entry's (task options, recipe arguments), parsed once here.
+    args.settings = {}
     for impl in args.impls:
         base = impl.split(":")[0]
         try:
-            options, recipe = impl_settings(impl)
+            options, recipe = args.settings[impl] = impl_settings(impl)
         except argparse.ArgumentTypeError as error:
             parser.error(f"--impls {impl}: {error}")
         if base not in IMPLS + HYBRIDS or (options or recipe) and base != "kbert":
@@ -132,7 +134,7 @@ def run_kbert(args, seed, work, impl="kbert"):
     from kbert.tasks import get_task
     from kbert.training.finetune import finetune
 
-    options, recipe = impl_settings(impl)
+    options, recipe = args.settings[impl]
     recipe = {
         "layer_decay": args.layer_decay, "ema_momentum": args.ema,
         "attention_dropout": args.attention_dropout, **recipe,

@@ -4,7 +4,6 @@ No PyTorch needed: tensors are read and written with `safetensors.numpy`.
 """
 
 import collections
-import dataclasses
 import importlib
 import json
 import os
@@ -191,7 +190,7 @@ def with_overrides(config, overrides):
     unknown = sorted(set(overrides) - set(OVERRIDABLE))
     if unknown:
         raise ValueError(f"cannot override {unknown[0]!r} of a checkpoint; expected one of {OVERRIDABLE}")
-    return dataclasses.replace(config, **overrides)
+    return config.replace(**overrides)
 
 
 def load_hf_checkpoint(name_or_path, dtype=None, overrides=None):
