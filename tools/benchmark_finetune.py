@@ -2,8 +2,9 @@
 
 Both fine-tune the same checkpoint (keras-hub's `BertBackbone` gets its
 weights through `kbert.checkpoints.to_keras_hub`) with the same recipe: AdamW
-on BERT's schedule (`kbert.training.make_optimizer`), batch, epochs, sequence
-length, dtype policy, seeds. kbert runs its product path
+on BERT's schedule (`kbert.training.make_optimizer`; keras-hub gets Keras's
+own `AdamW`, the same update without kbert's fused kernel), batch, epochs,
+sequence length, dtype policy, seeds. kbert runs its product path
 (`kbert.training.finetune.finetune`, as `kbert finetune` does); keras-hub
 runs its own `BertTextClassifier` with its `BertTextClassifierPreprocessor`
 (which takes a tuple of two string tensors for sentence pairs). Both are
@@ -207,6 +208,9 @@ def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
         optimizer=make_optimizer(
             "adamw", args.lr, steps, warmup_steps=int(args.warmup * steps),
             weight_decay=args.weight_decay, dtype=args.dtype,
+            # Keras's own AdamW, as a keras-hub user has it: the same update,
+            # without kbert's fused kernel.
+            fused=False,
         ),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],

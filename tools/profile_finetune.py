@@ -9,7 +9,8 @@ each length includes tracing (`tf.function` retraces per new shape).
 
 Variants switch one thing at a time, each fitted on the same batches:
 `--no-dropout` (dropout costs random numbers on CPU), `--bucket-width N`
-(padding multiple), `--xla`, `--dtype`. `--trace-steps N` then fits N more
+(padding multiple), `--xla`, `--dtype`, `--keras-adamw` (Keras's AdamW in
+place of kbert's fused update). `--trace-steps N` then fits N more
 steps under TensorFlow's profiler and adds the op time of a step by part of
 the model (activation, dropout, LayerNorm, AdamW, ...), forward and backward,
 and by op type.
@@ -50,6 +51,8 @@ def parse_args(argv=None):
     parser.add_argument("--xla", action="store_true")
     parser.add_argument("--no-dropout", action="store_true", help="set every Dropout rate to 0")
     parser.add_argument("--bucket-width", type=positive_int, default=None)
+    parser.add_argument("--keras-adamw", action="store_true",
+                        help="Keras's AdamW in place of kbert's fused one")
     parser.add_argument("--trace-steps", type=positive_int, default=None,
                         help="also trace this many steps with TensorFlow's profiler")
     return parser.parse_args(argv)
@@ -162,7 +165,8 @@ def main(argv=None):
             if hasattr(layer, "dropout_rate"):
                 layer.dropout_rate = 0.0
     model.compile(
-        optimizer=make_optimizer("adamw", 5e-5, steps, warmup_steps=steps // 10, dtype=args.dtype),
+        optimizer=make_optimizer("adamw", 5e-5, steps, warmup_steps=steps // 10, dtype=args.dtype,
+                                 fused=not args.keras_adamw),
         jit_compile=args.xla,
         **task.compile_args(),
     )
@@ -201,7 +205,7 @@ def main(argv=None):
     padded = np.array(lengths)
     report = {
         "task": task.name,
-        "settings": {k: getattr(args, k) for k in ("seq_len", "batch_size", "dtype", "xla", "no_dropout", "bucket_width")},
+        "settings": {k: getattr(args, k) for k in ("seq_len", "batch_size", "dtype", "xla", "no_dropout", "bucket_width", "keras_adamw")},
         "steps": steps,
         "mean_padded_length": round(float(padded.mean()), 1),
         "fit_seconds": round(fit_seconds, 1),

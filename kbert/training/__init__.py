@@ -1,10 +1,11 @@
 """Optimisers, schedules and the fine-tuning loop."""
 
 from kbert.training.optimizers import (
+    FusedAdamW,
     LayerwiseAdamW,
     WarmupPolynomialDecay,
     layerwise_multipliers,
     make_optimizer,
 )
 
-__all__ = ["LayerwiseAdamW", "WarmupPolynomialDecay", "layerwise_multipliers", "make_optimizer"]
+__all__ = ["FusedAdamW", "LayerwiseAdamW", "WarmupPolynomialDecay", "layerwise_multipliers", "make_optimizer"]

@@ -58,7 +58,49 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class LayerwiseAdamW(keras.optimizers.AdamW):
+class FusedAdamW(keras.optimizers.AdamW):
+    """Keras's AdamW, with each variable's Adam update one fused kernel on TensorFlow.
+
+    Keras's `Adam.update_step` is a dozen elementwise ops, each a pass over
+    the variable, its moments and the gradient: on a CPU fine-tuning MiniLM
+    they took a fifth of a step. On the TensorFlow backend this runs the same
+    update (`m += (g - m)(1 - beta_1)`, `v += (g^2 - v)(1 - beta_2)`,
+    `var -= lr sqrt(1 - beta_2^t) / (1 - beta_1^t) m / (sqrt(v) + epsilon)`)
+    as TensorFlow's `ResourceApplyAdam`, one pass that also runs under XLA
+    and in `tf.distribute` updates. Weight decay, clipping, EMA and
+    serialization stay Keras's. Other backends (JAX) and `amsgrad` take
+    Keras's own update.
+    """
+
+    def update_step(self, gradient, variable, learning_rate):
+        if keras.backend.backend() != "tensorflow" or self.amsgrad:
+            return super().update_step(gradient, variable, learning_rate)
+        import tensorflow as tf
+
+        dtype = variable.dtype
+        index = self._get_variable_index(variable)
+        step = tf.cast(self.iterations + 1, dtype)
+        beta_1 = tf.cast(self.beta_1, dtype)
+        beta_2 = tf.cast(self.beta_2, dtype)
+        # A gather's gradient (the token embeddings) comes as IndexedSlices;
+        # Keras's update densifies it too.
+        gradient = tf.cast(tf.convert_to_tensor(gradient), dtype)
+        tf.raw_ops.ResourceApplyAdam(
+            var=variable.handle,
+            m=self._momentums[index].value.handle,
+            v=self._velocities[index].value.handle,
+            beta1_power=tf.pow(beta_1, step),
+            beta2_power=tf.pow(beta_2, step),
+            lr=tf.cast(learning_rate, dtype),
+            beta1=beta_1,
+            beta2=beta_2,
+            epsilon=tf.cast(self.epsilon, dtype),
+            grad=gradient,
+        )
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class LayerwiseAdamW(FusedAdamW):
     """AdamW whose learning rate is scaled per variable (layer-wise learning-rate decay).
 
     Args:
@@ -131,6 +173,7 @@ def make_optimizer(
     dtype=None,
     lr_multipliers=None,
     ema_momentum=None,
+    fused=True,
 ):
     """Keras AdamW or LAMB on the warmup/decay schedule, decay off for LayerNorm and biases.
 
@@ -152,6 +195,9 @@ def make_optimizer(
         ema_momentum: float or None. Keep an exponential moving average of the
             weights with this momentum, and end training on it (Keras's
             `use_ema`; `fit` writes the average into the model at the end).
+        fused: bool. AdamW's update as one kernel a variable on TensorFlow
+            (`FusedAdamW`, also under layer-wise rates); False gives Keras's
+            `AdamW` itself.
 
     Example:
     >>> optimizer = make_optimizer("adamw", 5e-5, total_steps=1000, warmup_steps=100)
@@ -168,7 +214,7 @@ def make_optimizer(
     if name == "adamw" and lr_multipliers:
         optimizer = LayerwiseAdamW(lr_multipliers=lr_multipliers, **common)
     elif name == "adamw":
-        optimizer = keras.optimizers.AdamW(**common)
+        optimizer = (FusedAdamW if fused else keras.optimizers.AdamW)(**common)
     elif name == "lamb" and not lr_multipliers:
         optimizer = keras.optimizers.Lamb(**common)
     else:
