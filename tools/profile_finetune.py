@@ -50,7 +50,8 @@ def parse_args(argv=None):
     parser.add_argument("--dtype", default="mixed_bfloat16")
     parser.add_argument("--xla", action="store_true")
     parser.add_argument("--no-dropout", action="store_true", help="set every Dropout rate to 0")
-    parser.add_argument("--bucket-width", type=positive_int, default=None)
+    parser.add_argument("--bucket-width", type=positive_int, default=None,
+                        help="padding multiple of the batches (default: kbert finetune's)")
     parser.add_argument("--keras-adamw", action="store_true",
                         help="Keras's AdamW in place of kbert's fused one")
     parser.add_argument("--trace-steps", type=positive_int, default=None,
@@ -127,14 +128,11 @@ def main(argv=None):
     args = parse_args(argv)
     import numpy as np
 
-    import kbert.tasks.base as task_base
     from kbert.checkpoints.huggingface import init_encoder
-    from kbert.tasks import get_task
+    from kbert.tasks import get_task, training_bucket_width
     from kbert.text import WordPieceTokenizer
     from kbert.training.optimizers import make_optimizer
 
-    if args.bucket_width:
-        task_base.BUCKET_WIDTH = args.bucket_width
     task_class = get_task(args.task)
     options = task_class.resolve_options(None)
     train = task_class.read(args.train, options)
@@ -145,8 +143,10 @@ def main(argv=None):
                       **task_class.learn(train, args.train))
     task.use_options(options)
 
+    bucket_width = args.bucket_width or training_bucket_width(args.xla)
+
     def batches():
-        return task.train_dataset(train, args.batch_size, seed=0)
+        return task.train_dataset(train, args.batch_size, seed=0, bucket_width=bucket_width)
 
     ds, steps = batches()
     steps = min(steps, args.steps or steps)

@@ -3,7 +3,7 @@
 from kbert.layers.attention import MultiHeadSelfAttention
 from kbert.layers.embeddings import PositionEmbedding
 from kbert.layers.encoder_block import TransformerEncoderBlock
-from kbert.layers.normalization import L2Normalization
+from kbert.layers.normalization import L2Normalization, LayerNormalization
 from kbert.layers.pooling import FirstTokenPooling, MaskedMaxPooling, MaskedMeanPooling
 from kbert.layers.segments import CosineScore, PairSegments
 
@@ -11,6 +11,7 @@ __all__ = [
     "CosineScore",
     "FirstTokenPooling",
     "L2Normalization",
+    "LayerNormalization",
     "MaskedMaxPooling",
     "MaskedMeanPooling",
     "MultiHeadSelfAttention",

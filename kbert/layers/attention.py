@@ -5,6 +5,10 @@ from keras import ops
 
 from kbert.layers.initializers import clone_initializer
 
+# The score of a padded key: exp(-1e9 - max) is 0 in float32, as the -inf
+# of an exact mask is, without the NaN a row of -inf gives.
+MASKED_SCORE = -1e9
+
 
 @keras.saving.register_keras_serializable(package="kbert")
 class MultiHeadSelfAttention(keras.layers.Layer):
@@ -14,7 +18,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     `keras.ops.dot_product_attention`, which GPU backends lower to fused (flash)
     kernels. Dropout on the attention probabilities, as in the BERT paper, has no
     fused form, so while training with `dropout > 0` the probabilities are
-    computed explicitly (softmax and dropout in float32).
+    computed explicitly, softmax in float32 (see `_dropped_attention`).
 
     Args:
         num_heads: int. Number of attention heads.
@@ -52,8 +56,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.key_dense = dense("key")
         self.value_dense = dense("value")
         self.output_dense = dense("attention_output")
-        # Drops the float32 probabilities: a float32 random draw is 1.45x as
-        # fast as a bfloat16 one on CPUs (see `TransformerEncoderBlock`).
+        # Holds the seed generator of the probabilities' dropout mask, drawn
+        # in float32: a float32 random draw is 1.45x as fast as a bfloat16
+        # one on CPUs (see `TransformerEncoderBlock`).
         self.dropout_layer = keras.layers.Dropout(dropout, dtype="float32")
 
     def build(self, inputs_shape):
@@ -80,19 +85,35 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         scale = 1.0 / float(self.head_size) ** 0.5
 
         if training and self.dropout > 0:
-            scores = ops.einsum("bqnh,bknh->bnqk", query, key)
-            scores = ops.cast(scores, "float32") * scale
-            if mask is not None:
-                scores = ops.where(mask, scores, -1e9)
-            probs = self.dropout_layer(ops.softmax(scores, axis=-1), training=training)
-            probs = ops.cast(probs, self.compute_dtype)
-            context = ops.einsum("bnqk,bknh->bqnh", probs, value)
+            context = self._dropped_attention(query, key, value, mask, scale)
         else:
             context = ops.dot_product_attention(query, key, value, mask=mask, scale=scale)
 
         batch, length = ops.shape(context)[0], ops.shape(context)[1]
         context = ops.reshape(context, (batch, length, self.num_heads * self.head_size))
         return self.output_dense(context)
+
+    def _dropped_attention(self, query, key, value, mask, scale):
+        """softmax(QKᵀ·scale + mask) with dropout, times V: BERT's attention while training.
+
+        Written for CPUs, where each elementwise op is a pass over the
+        `(batch, heads, length, length)` scores: the scale goes on the
+        queries (a fraction of that size), the mask is added as a bias
+        (whose gradient costs nothing), and the dropped probabilities are
+        zeroed in the compute dtype with the 1 / (1 - rate) factor put on
+        the context. The same function as scaling the scores, masking with
+        `where` and dropping the float32 probabilities, in 4% less time a
+        step at 128 tokens (tools/profile_finetune.py).
+        """
+        query = query * ops.cast(scale, query.dtype)
+        scores = ops.cast(ops.einsum("bqnh,bknh->bnqk", query, key), "float32")
+        if mask is not None:
+            scores = scores + ops.where(mask, 0.0, MASKED_SCORE)
+        probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
+        draws = keras.random.uniform(ops.shape(probs), seed=self.dropout_layer.seed_generator)
+        probs = ops.where(draws >= self.dropout, probs, ops.zeros((), probs.dtype))
+        context = ops.einsum("bnqk,bknh->bqnh", probs, value)
+        return context * ops.cast(1.0 / (1.0 - self.dropout), context.dtype)
 
     def get_config(self):
         config = super().get_config()

@@ -5,6 +5,7 @@ from keras import ops
 
 from kbert.layers.attention import MultiHeadSelfAttention
 from kbert.layers.initializers import clone_initializer
+from kbert.layers.normalization import LayerNormalization
 
 
 def get_activation(name):
@@ -81,7 +82,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
             name="self_attention",
         )
         self.attention.build(inputs_shape)
-        self.attention_layer_norm = keras.layers.LayerNormalization(
+        self.attention_layer_norm = LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype="float32", name="attention_layer_norm"
         )
         self.attention_layer_norm.build(inputs_shape)
@@ -99,7 +100,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
             name="output_dense",
         )
         self.output_dense.build(inputs_shape[:-1] + (self.intermediate_size,))
-        self.output_layer_norm = keras.layers.LayerNormalization(
+        self.output_layer_norm = LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype="float32", name="output_layer_norm"
         )
         self.output_layer_norm.build(inputs_shape)

@@ -1,4 +1,5 @@
-"""L2 normalisation of vectors, as sentence-transformers' `Normalize` module computes it."""
+"""Layer normalisation in fewer passes, and L2 normalisation of vectors as
+sentence-transformers' `Normalize` module computes it."""
 
 import keras
 from keras import ops
@@ -6,6 +7,35 @@ from keras import ops
 # torch.nn.functional.normalize's default floor on the norm, which
 # sentence-transformers' `Normalize` uses.
 NORM_EPSILON = 1e-12
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class LayerNormalization(keras.layers.LayerNormalization):
+    """Keras's `LayerNormalization`, over the last axis in fewer passes.
+
+    `(x - mean) * rsqrt(variance + epsilon) * gamma + beta`, in float32 at
+    least. Keras's op computes the same function but first forms
+    `rsqrt(variance + epsilon) * gamma` and `beta - mean * that` as tensors
+    of the input's size, and its gradient walks those too: on a CPU, where
+    each elementwise op is a pass over memory, this form makes a MiniLM
+    training step 2% (128 tokens) to 5% (96) faster. Other axes and
+    `rms_scaling` take Keras's own path. Same arguments, weights and config.
+    """
+
+    def call(self, inputs):
+        axes = [self.axis] if isinstance(self.axis, int) else list(self.axis)
+        rank = len(inputs.shape)
+        if [axis % rank for axis in axes] != [rank - 1] or self.rms_scaling:
+            return super().call(inputs)
+        x = ops.cast(inputs, keras.backend.result_type(inputs.dtype, "float32"))
+        centered = x - ops.mean(x, axis=-1, keepdims=True)
+        variance = ops.mean(ops.square(centered), axis=-1, keepdims=True)
+        outputs = centered * ops.rsqrt(variance + self.epsilon)
+        if self.scale:
+            outputs = outputs * ops.cast(self.gamma, x.dtype)
+        if self.center:
+            outputs = outputs + ops.cast(self.beta, x.dtype)
+        return ops.cast(outputs, self.compute_dtype)
 
 
 @keras.saving.register_keras_serializable(package="kbert")

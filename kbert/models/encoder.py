@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from kbert.config import ENCODER_INPUTS, BertConfig
-from kbert.layers import PositionEmbedding, TransformerEncoderBlock
+from kbert.layers import LayerNormalization, PositionEmbedding, TransformerEncoderBlock
 EMBEDDING_LAYERS = (
     "token_embedding",
     "position_embedding",
@@ -49,7 +49,7 @@ def _encoder_layers(config, dtype):
             dtype=dtype,
             name="segment_embedding",
         ),
-        "embeddings_layer_norm": keras.layers.LayerNormalization(
+        "embeddings_layer_norm": LayerNormalization(
             epsilon=config.layer_norm_epsilon, dtype="float32", name="embeddings_layer_norm"
         ),
         "embeddings_dropout": keras.layers.Dropout(

@@ -3,7 +3,7 @@
 Adding a task is one module, its tests, and one line in `TASKS`.
 """
 
-from kbert.tasks.base import Encoded, Option, Task
+from kbert.tasks.base import Encoded, Option, Task, training_bucket_width
 from kbert.tasks.question_answering import QuestionAnswering
 from kbert.tasks.sentence_embedding import SentenceEmbedding
 from kbert.tasks.text_classification import TextClassification
@@ -26,7 +26,10 @@ DEFAULT_TASK = TextClassification.name
 # The task `kbert embed` and `kbert search` run unless --task names another.
 EMBEDDING_TASK = SentenceEmbedding.name
 
-__all__ = ["DEFAULT_TASK", "EMBEDDING_TASK", "TASKS", "Encoded", "Option", "Task", "get_task"]
+__all__ = [
+    "DEFAULT_TASK", "EMBEDDING_TASK", "TASKS", "Encoded", "Option", "Task", "get_task",
+    "training_bucket_width",
+]
 
 
 def get_task(name):

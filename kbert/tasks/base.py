@@ -31,9 +31,15 @@ import numpy as np
 from kbert.config import ENCODER_INPUTS
 from kbert.tabular import read_table
 
-# Training batches are padded to a multiple of this many tokens (see
-# `Task.train_dataset`): few shapes for XLA to compile, little padding wasted.
+# Batches of rows of similar length are padded to a multiple of this many
+# tokens (`Task.batches_by_length`, and training under XLA or JAX): few
+# shapes to compile, little padding wasted.
 BUCKET_WIDTH = 32
+# Training batches without XLA (`training_bucket_width`): TensorFlow's graph
+# takes any width at no cost, so narrower buckets waste less. On the Debian
+# descriptions at 128 a row is padded to 91.8 pieces on average against
+# 100.1 at 32 (the rows hold 89.2), for 225 steps an epoch against 220.
+TRAIN_BUCKET_WIDTH = 8
 # Epoch e of a run with seed s is shuffled with the seed STRIDE * s + e, so
 # epochs and seeds never share a shuffle.
 EPOCH_SEED_STRIDE = 1_000_003
@@ -202,23 +208,27 @@ class Task:
         """`Encoded` rows for `examples`."""
         raise NotImplementedError
 
-    def train_dataset(self, examples, batch_size, seed=0, epochs=1, first_epoch=0):
+    def train_dataset(self, examples, batch_size, seed=0, epochs=1, first_epoch=0,
+                      bucket_width=TRAIN_BUCKET_WIDTH):
         """Shuffled training batches for epochs `first_epoch` .. `epochs - 1`.
 
         Each epoch is shuffled by a seed of its own, derived from `seed` and
         the epoch's number, so a run resumed at epoch k sees the batches an
         uninterrupted run sees from epoch k on. Rows of similar length are
-        batched together and padded to a multiple of `BUCKET_WIDTH`: dense
-        batches, and few shapes for XLA to compile.
+        batched together and padded to a multiple of `bucket_width`
+        (`training_bucket_width`): dense batches.
 
         Returns:
             `(dataset, batches_per_epoch)`. The count is exact, since each
             bucket gives ceil(size / batch_size) batches whatever the shuffle;
             fit with `steps_per_epoch=batches_per_epoch`.
         """
-        return self.bucketed_dataset(self.encode(examples), batch_size, seed, epochs, first_epoch)
+        return self.bucketed_dataset(
+            self.encode(examples), batch_size, seed, epochs, first_epoch, bucket_width
+        )
 
-    def bucketed_dataset(self, encoded, batch_size, seed=0, epochs=1, first_epoch=0):
+    def bucketed_dataset(self, encoded, batch_size, seed=0, epochs=1, first_epoch=0,
+                         bucket_width=TRAIN_BUCKET_WIDTH):
         """`train_dataset`'s batches of rows already encoded, with any targets.
 
         Args:
@@ -227,7 +237,8 @@ class Task:
                 outputs); if the task `reads_sequence`, each row's targets
                 with an axis of their own are cut and padded along it as
                 the row's tokens are.
-            batch_size, seed, epochs, first_epoch: as for `train_dataset`.
+            batch_size, seed, epochs, first_epoch, bucket_width: as for
+                `train_dataset`.
         """
         import tensorflow as tf
 
@@ -250,7 +261,9 @@ class Task:
             ds = rows.shuffle(len(encoded), seed=EPOCH_SEED_STRIDE * seed + index)
             return ds.map(trim, num_parallel_calls=tf.data.AUTOTUNE)
 
-        return epoch_batches(epoch, lengths, batch_size, self.sequence_length, padding, epochs, first_epoch)
+        return epoch_batches(
+            epoch, lengths, batch_size, self.sequence_length, padding, epochs, first_epoch, bucket_width
+        )
 
     # What pads per-token targets in bucketed batches (ignored by the loss).
     target_padding = 0
@@ -537,7 +550,21 @@ class Task:
         return entry
 
 
-def epoch_batches(epoch, lengths, batch_size, sequence_length, target_padding, epochs=1, first_epoch=0):
+def training_bucket_width(jit_compile=False):
+    """The padding multiple of training batches: `TRAIN_BUCKET_WIDTH` where a new
+    width is free (TensorFlow without XLA), `BUCKET_WIDTH` where each compiles
+    a step of its own (XLA, and JAX, which always compiles)."""
+    import keras
+
+    if jit_compile or keras.backend.backend() != "tensorflow":
+        return BUCKET_WIDTH
+    return TRAIN_BUCKET_WIDTH
+
+
+def epoch_batches(
+    epoch, lengths, batch_size, sequence_length, target_padding, epochs=1, first_epoch=0,
+    bucket_width=TRAIN_BUCKET_WIDTH,
+):
     """Rows of similar length batched together, epoch after epoch: `(dataset, batches_per_epoch)`.
 
     Args:
@@ -549,13 +576,15 @@ def epoch_batches(epoch, lengths, batch_size, sequence_length, target_padding, e
         target_padding: the targets' structure of scalar tensors that pad them.
         epochs, first_epoch: ints. The dataset holds epochs `first_epoch` ..
             `epochs - 1`, each bucketed on its own.
+        bucket_width: int. Each batch is padded to a multiple of it (or to
+            `sequence_length`).
 
-    Each batch is padded to a multiple of `BUCKET_WIDTH`. The count is exact,
-    since each bucket gives ceil(size / batch_size) batches whatever the order.
+    The count is exact, since each bucket gives ceil(size / batch_size)
+    batches whatever the order.
     """
     import tensorflow as tf
 
-    boundaries = list(range(BUCKET_WIDTH + 1, sequence_length + 1, BUCKET_WIDTH)) + [sequence_length + 1]
+    boundaries = list(range(bucket_width + 1, sequence_length + 1, bucket_width)) + [sequence_length + 1]
     bucket_sizes = np.bincount(np.searchsorted(boundaries, lengths, side="right"))
     batches = int(sum(-(-int(size) // batch_size) for size in bucket_sizes))
 

@@ -35,7 +35,15 @@ import numpy as np
 
 from kbert.config import ENCODER_INPUTS
 from kbert.tasks import squad
-from kbert.tasks.base import ENCODE_CHUNK, FLOAT_TOLERANCE, Encoded, Option, Task, epoch_batches
+from kbert.tasks.base import (
+    ENCODE_CHUNK,
+    FLOAT_TOLERANCE,
+    TRAIN_BUCKET_WIDTH,
+    Encoded,
+    Option,
+    Task,
+    epoch_batches,
+)
 
 OPTIONS = (
     Option("doc_stride", "pieces between the starts of a long context's windows", squad.DOC_STRIDE),
@@ -268,7 +276,8 @@ class QuestionAnswering(Task):
             extra={"questions": questions, "windows": rows[:, 1]},
         )
 
-    def train_dataset(self, examples, batch_size, seed=0, epochs=1, first_epoch=0):
+    def train_dataset(self, examples, batch_size, seed=0, epochs=1, first_epoch=0,
+                      bucket_width=TRAIN_BUCKET_WIDTH):
         """Shuffled training batches made on the fly, `(dataset, batches_per_epoch)`.
 
         The contexts' WordPieces are kept once each, ragged; the packed rows
@@ -310,7 +319,9 @@ class QuestionAnswering(Task):
             )
 
         padding = {name: tf.constant(0, tf.int32) for name in self.outputs}
-        return epoch_batches(epoch, lengths, batch_size, self.sequence_length, padding, epochs, first_epoch)
+        return epoch_batches(
+            epoch, lengths, batch_size, self.sequence_length, padding, epochs, first_epoch, bucket_width
+        )
 
     def eval_dataset(self, encoded, batch_size):
         """The rows with a target (not those of skipped questions), in order."""

@@ -37,7 +37,7 @@ from kbert.fileio import check_output_folder
 from kbert.modelfolder import MODEL_FILE, SETTINGS_FILE, ModelFolder, is_model_folder, write_model_folder
 from kbert.models import bert_encoder
 from kbert.pretraining.corpus import iter_documents
-from kbert.tasks import Encoded
+from kbert.tasks import Encoded, training_bucket_width
 from kbert.training.distribute import compile_for_strategy
 from kbert.training.finetune import (
     DEFAULT_WARMUP_FRACTION,
@@ -338,7 +338,9 @@ def distill(
 
     teacher_figures = teacher_folder.evaluate(dev_examples, dev, batch_size)
     encoded = teacher_targets(teacher_folder, task, train_examples, extra, batch_size, log)
-    train_ds, steps_per_epoch = task.bucketed_dataset(encoded, batch_size, seed, epochs, first_epoch)
+    train_ds, steps_per_epoch = task.bucketed_dataset(
+        encoded, batch_size, seed, epochs, first_epoch, training_bucket_width(jit_compile)
+    )
     total_steps = steps_per_epoch * epochs
     distiller = compile_for_strategy(
         Distiller(model, loss),

@@ -19,7 +19,7 @@ import keras
 from kbert.checkpoints.huggingface import init_encoder
 from kbert.fileio import check_output_folder
 from kbert.modelfolder import is_model_folder, write_model_folder
-from kbert.tasks import DEFAULT_TASK, get_task
+from kbert.tasks import DEFAULT_TASK, get_task, training_bucket_width
 from kbert.text import WordPieceTokenizer, load_vocab
 from kbert.training.distribute import (
     STRATEGIES,
@@ -217,7 +217,8 @@ def finetune(
     }
     resume_dir, first_epoch, curve = resume_point(out, run, log)
     train_ds, steps_per_epoch = task.train_dataset(
-        train_examples, batch_size, seed=seed, epochs=epochs, first_epoch=first_epoch
+        train_examples, batch_size, seed=seed, epochs=epochs, first_epoch=first_epoch,
+        bucket_width=training_bucket_width(jit_compile),
     )
     dev_encoded = task.encode(dev_examples)
     dev_ds = task.eval_dataset(dev_encoded, batch_size)

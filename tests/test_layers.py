@@ -1,0 +1,104 @@
+"""The encoder's layers against straightforward formulas of the same function."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from kbert.layers import LayerNormalization, MultiHeadSelfAttention
+
+HIDDEN, HEADS = 16, 4
+
+
+def attention_inputs(seed=0):
+    rng = np.random.default_rng(seed)
+    inputs = rng.normal(size=(3, 9, HIDDEN)).astype("float32")
+    lengths = np.array([9, 5, 2])
+    return inputs, (np.arange(9)[None, :] < lengths[:, None]).astype("int32")
+
+
+def reference_attention(layer, inputs, padding_mask, keep=None, rate=0.0):
+    """BERT's attention in numpy, float64: softmax(QKᵀ/√d + mask), dropout (`keep`), times V."""
+
+    def project(dense, x):
+        kernel, bias = (np.asarray(w, np.float64) for w in dense.get_weights())
+        return x @ kernel + bias
+
+    def heads(x):
+        return x.reshape(x.shape[0], x.shape[1], HEADS, -1).transpose(0, 2, 1, 3)
+
+    x = inputs.astype(np.float64)
+    query, key, value = (heads(project(d, x)) for d in (layer.query_dense, layer.key_dense, layer.value_dense))
+    scores = query @ key.transpose(0, 1, 3, 2) / np.sqrt(HIDDEN // HEADS)
+    scores = np.where(padding_mask[:, None, None, :] > 0, scores, -np.inf)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    if keep is not None:
+        probs = np.where(keep, probs / (1 - rate), 0.0)
+    context = (probs @ value).transpose(0, 2, 1, 3).reshape(x.shape[0], x.shape[1], HIDDEN)
+    return project(layer.output_dense, context)
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.3])
+def test_attention_while_training_is_berts_with_its_dropout_mask(rate):
+    """Training with attention dropout (the explicit path: scale on the queries,
+    the mask as a bias, the dropout factor on the context) gives BERT's attention
+    with the probabilities the layer's own draws keep; rate 0 takes
+    `dot_product_attention`, the path of inference."""
+    keras.utils.set_random_seed(1)
+    layer = MultiHeadSelfAttention(HEADS, HIDDEN // HEADS, dropout=rate)
+    inputs, padding_mask = attention_inputs()
+    layer.build(inputs.shape)
+    seeds = layer.dropout_layer.seed_generator if rate else None
+    state = np.asarray(seeds.state.value) if rate else None
+    outputs = np.asarray(layer(inputs, padding_mask=padding_mask, training=True))
+    keep = None
+    if rate:
+        seeds.state.assign(state)  # the same draws again
+        keep = np.asarray(keras.random.uniform((3, HEADS, 9, 9), seed=seeds)) >= rate
+        assert 0.5 < keep.mean() < 0.9
+    expected = reference_attention(layer, inputs, padding_mask, keep, rate)
+    np.testing.assert_allclose(outputs, expected, atol=1e-5)
+
+
+def test_attention_dropout_follows_its_seed_and_moves_on():
+    """Two training calls drop different probabilities; inference drops none."""
+    keras.utils.set_random_seed(2)
+    layer = MultiHeadSelfAttention(HEADS, HIDDEN // HEADS, dropout=0.5)
+    inputs, padding_mask = attention_inputs()
+    first, second = (np.asarray(layer(inputs, padding_mask=padding_mask, training=True)) for _ in range(2))
+    assert np.abs(first - second).max() > 1e-3
+    inference = np.asarray(layer(inputs, padding_mask=padding_mask, training=False))
+    np.testing.assert_allclose(inference, reference_attention(layer, inputs, padding_mask), atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+def test_layer_normalization_equals_keras(dtype):
+    """kbert's LayerNormalization computes Keras's function, its gradients included."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(3)
+    inputs = (rng.normal(size=(4, 6, HIDDEN)) * 3 + 1).astype("float32")
+    weights = [rng.normal(size=HIDDEN).astype("float32") for _ in range(2)]
+    layers = [LayerNormalization(epsilon=1e-12, dtype=dtype), keras.layers.LayerNormalization(epsilon=1e-12, dtype=dtype)]
+    results = []
+    for layer in layers:
+        layer.build(inputs.shape)
+        layer.set_weights(weights)
+        x = tf.constant(inputs)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            outputs = layer(x)
+            loss = tf.reduce_sum(tf.cast(outputs, "float32") * np.linspace(-1, 1, HIDDEN, dtype="float32"))
+        gradients = tape.gradient(loss, [x, *layer.trainable_variables])
+        results.append([np.asarray(ops.cast(outputs, "float32"))] + [np.asarray(g) for g in gradients])
+        assert outputs.dtype == layer.compute_dtype
+    tolerance = 1e-4 if dtype == "float32" else 2e-2  # bfloat16 outputs: 8 bits of mantissa
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, atol=tolerance * max(1.0, np.abs(theirs).max()))
+
+
+def test_layer_normalization_config_round_trip():
+    layer = LayerNormalization(epsilon=1e-6, name="norm")
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+    assert type(restored) is LayerNormalization and restored.get_config() == layer.get_config()
