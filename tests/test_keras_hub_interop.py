@@ -113,3 +113,36 @@ def test_minilm_differs_from_keras_hub_by_the_gelu_approximation_only():
         reference["last_hidden_state"][mask.astype(bool)],
         atol=1e-4,
     )
+
+
+def test_fine_tuning_follows_keras_hubs_step_for_step():
+    """kbert's classifier and keras-hub's `BertTextClassifier` on the same weights,
+    batches and recipe (AdamW on BERT's schedule: decay exclusions, global-norm
+    clipping; kbert's fused update, Keras's own for keras-hub), dropout off and
+    the same GELU: the same loss at every step and the same weights after, to
+    float32 round-off. What differs between the two in fine-tuning is then the
+    random streams and the batches, not the training step."""
+    from kbert.models import bert_classifier
+    from kbert.training import make_optimizer
+
+    config = tiny_config(activation="gelu_approximate", hidden_dropout=0.0, attention_dropout=0.0)
+    keras.utils.set_random_seed(0)
+    ours = bert_classifier(bert_encoder(config), 3, dropout=0.0)
+    theirs = keras_hub.models.BertTextClassifier(
+        to_keras_hub(ours.get_layer("bert_encoder")), 3, preprocessor=None, dropout=0.0
+    )
+    theirs.get_layer("logits").set_weights(ours.get_layer("logits").get_weights())
+    rng = np.random.default_rng(1)
+    batches = [(inputs(batch=4, length=7), rng.integers(0, 3, 4).astype("int32"))] * 8
+    losses = {}
+    for name, model, fused in (("kbert", ours, True), ("keras-hub", theirs, False)):
+        model.compile(
+            optimizer=make_optimizer("adamw", 5e-3, total_steps=8, warmup_steps=2, fused=fused),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+        losses[name] = [float(np.ravel(model.train_on_batch(x, y))[0]) for x, y in batches]
+    assert losses["kbert"][-1] < losses["kbert"][0] - 0.03  # it learns the batch
+    np.testing.assert_allclose(losses["kbert"], losses["keras-hub"], atol=1e-5)
+    _, trained = from_keras_hub(theirs.backbone)
+    for a, b in zip(ours.get_layer("bert_encoder").weights, trained.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, err_msg=a.path)

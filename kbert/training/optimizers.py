@@ -67,13 +67,43 @@ class FusedAdamW(keras.optimizers.AdamW):
     update (`m += (g - m)(1 - beta_1)`, `v += (g^2 - v)(1 - beta_2)`,
     `var -= lr sqrt(1 - beta_2^t) / (1 - beta_1^t) m / (sqrt(v) + epsilon)`)
     as TensorFlow's `ResourceApplyAdam`, one pass that also runs under XLA
-    and in `tf.distribute` updates. Weight decay, clipping, EMA and
-    serialization stay Keras's. Other backends (JAX) and `amsgrad` take
-    Keras's own update.
+    and in `tf.distribute` updates. The decoupled weight decay is one pass
+    too (`var *= 1 - lr * wd`, where Keras makes three), and global-norm
+    clipping keeps the token embeddings' gradient as the slices it comes in
+    (Keras's scaling makes it a dense table). The same update
+    as Keras's AdamW, to float32 rounding.
+    EMA and serialization stay Keras's. Other backends (JAX) and `amsgrad`
+    take Keras's own update.
     """
 
+    def _fused(self):
+        return keras.backend.backend() == "tensorflow" and not self.amsgrad
+
+    def _clip_gradients(self, grads):
+        if not self._fused() or (self.clipnorm and self.clipnorm > 0) or not self.global_clipnorm:
+            return super()._clip_gradients(grads)
+        import tensorflow as tf
+
+        norm = tf.sqrt(tf.add_n([_squared_norm(g) for g in grads if g is not None]))
+        # Keras's clip_by_global_norm: a NaN scale for a non-finite norm.
+        scale = self.global_clipnorm * tf.minimum(1.0 / norm, 1.0 / self.global_clipnorm)
+        scale = scale + (norm - norm)
+        return [None if g is None else _scaled(g, scale) for g in grads]
+
+    def _apply_weight_decay(self, variables):
+        if self.weight_decay is None or not self._fused():
+            return super()._apply_weight_decay(variables)
+        for variable in variables:
+            if self._use_weight_decay(variable):
+                rate = ops.cast(self.learning_rate, variable.dtype) * self._multiplier(variable)
+                variable.assign(variable * (1.0 - rate * ops.cast(self.weight_decay, variable.dtype)))
+
+    def _multiplier(self, variable):
+        """The factor on the learning rate of `variable` (layer-wise rates); 1 here."""
+        return 1.0
+
     def update_step(self, gradient, variable, learning_rate):
-        if keras.backend.backend() != "tensorflow" or self.amsgrad:
+        if not self._fused():
             return super().update_step(gradient, variable, learning_rate)
         import tensorflow as tf
 
@@ -133,8 +163,8 @@ class LayerwiseAdamW(FusedAdamW):
         super().update_step(gradient, variable, learning_rate * factor if factor != 1.0 else learning_rate)
 
     def _apply_weight_decay(self, variables):
-        if self.weight_decay is None:
-            return
+        if self.weight_decay is None or self._fused():
+            return super()._apply_weight_decay(variables)
         for variable in variables:
             if self._use_weight_decay(variable):
                 lr = ops.cast(self.learning_rate, variable.dtype) * self._multiplier(variable)
@@ -143,6 +173,28 @@ class LayerwiseAdamW(FusedAdamW):
 
     def get_config(self):
         return {**super().get_config(), "lr_multipliers": self.lr_multipliers}
+
+
+def _squared_norm(gradient):
+    """The squared L2 norm of a gradient; of a gather's IndexedSlices, that of its
+    values, as Keras's and TensorFlow's `global_norm` take it (google-research/bert
+    clips with `tf.clip_by_global_norm`, so BERT's recipe counts a row gathered
+    twice as two slices too)."""
+    import tensorflow as tf
+
+    if isinstance(gradient, tf.IndexedSlices):
+        gradient = gradient.values
+    return tf.reduce_sum(tf.square(gradient))
+
+
+def _scaled(gradient, scale):
+    """`gradient * scale`, an IndexedSlices kept as one."""
+    import tensorflow as tf
+
+    scale = tf.cast(scale, gradient.dtype)
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.IndexedSlices(gradient.values * scale, gradient.indices, gradient.dense_shape)
+    return gradient * scale
 
 
 def layerwise_multipliers(num_layers, decay):
