@@ -457,7 +457,7 @@ def test_unlabelled_texts_carry_the_teachers_outputs_alone(classifier, corpus):
     expected = teacher.outputs(encoded.features)["logits"]
     np.testing.assert_allclose(targets[TEACHER], expected, atol=OUTPUT_TOLERANCE)
     # Bucketed batches carry the weights with their rows.
-    dataset, steps = task.bucketed_dataset(encoded, 8, seed=0)
+    dataset, steps = task.batched_dataset(encoded, 8, seed=0)
     batches = list(dataset)
     weights = np.concatenate([batch[1][HARD_WEIGHT].numpy() for batch in batches])
     assert len(batches) == steps and len(weights) == len(encoded) and weights.sum() == len(train)

@@ -217,6 +217,13 @@ def test_default_strategy_xla_check():
     )
     model.train_on_batch(x, y)
     assert not distribute.is_xla_compiled(model)
+    # Without XLA the blocks train over the real tokens; XLA takes fixed shapes.
+    from kbert.layers import TransformerEncoderBlock
+
+    blocks = [layer for layer in model.get_layer("bert_encoder").layers if isinstance(layer, TransformerEncoderBlock)]
+    assert blocks and all(block.unpadded_training for block in blocks)
+    distribute.compile_for_strategy(model, None, jit_compile=True, optimizer="sgd", loss="mse")
+    assert not any(block.unpadded_training for block in blocks)
 
 
 # Mixed precision: a few hundred steps of a tiny model at batch 4, sequence 8.

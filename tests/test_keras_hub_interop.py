@@ -115,14 +115,16 @@ def test_minilm_differs_from_keras_hub_by_the_gelu_approximation_only():
     )
 
 
-def test_fine_tuning_follows_keras_hubs_step_for_step():
+@pytest.mark.parametrize("unpadded", [False, True])
+def test_fine_tuning_follows_keras_hubs_step_for_step(unpadded):
     """kbert's classifier and keras-hub's `BertTextClassifier` on the same weights,
     batches and recipe (AdamW on BERT's schedule: decay exclusions, global-norm
     clipping; kbert's fused update, Keras's own for keras-hub), dropout off and
     the same GELU: the same loss at every step and the same weights after, to
     float32 round-off. What differs between the two in fine-tuning is then the
-    random streams and the batches, not the training step."""
-    from kbert.models import bert_classifier
+    random streams and the batches, not the training step; whether kbert's
+    blocks train over the real tokens alone (`unpadded`) or the padded batch."""
+    from kbert.models import bert_classifier, train_on_real_tokens
     from kbert.training import make_optimizer
 
     config = tiny_config(activation="gelu_approximate", hidden_dropout=0.0, attention_dropout=0.0)
@@ -132,6 +134,7 @@ def test_fine_tuning_follows_keras_hubs_step_for_step():
         to_keras_hub(ours.get_layer("bert_encoder")), 3, preprocessor=None, dropout=0.0
     )
     theirs.get_layer("logits").set_weights(ours.get_layer("logits").get_weights())
+    assert train_on_real_tokens(ours, unpadded) == config.num_layers
     rng = np.random.default_rng(1)
     batches = [(inputs(batch=4, length=7), rng.integers(0, 3, 4).astype("int32"))] * 8
     losses = {}

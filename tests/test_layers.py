@@ -102,3 +102,49 @@ def test_layer_normalization_config_round_trip():
     layer = LayerNormalization(epsilon=1e-6, name="norm")
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
     assert type(restored) is LayerNormalization and restored.get_config() == layer.get_config()
+
+
+def real_token_block(dropout=0.0):
+    from kbert.layers import TransformerEncoderBlock
+
+    keras.utils.set_random_seed(4)
+    block = TransformerEncoderBlock(HEADS, 32, dropout=dropout, attention_dropout=dropout)
+    inputs, padding_mask = attention_inputs()
+    block.build(inputs.shape)
+    return block, inputs, padding_mask
+
+
+@pytest.mark.parametrize("first_token_only", [False, True])
+def test_block_trains_over_real_tokens_to_the_same_function(first_token_only):
+    """With `unpadded_training`, a training call computes the padded block's
+    outputs at the real tokens, zeros at the padding, and the same gradients."""
+    import tensorflow as tf
+
+    block, inputs, padding_mask = real_token_block()
+    weights = np.random.default_rng(5).normal(size=(3, 1 if first_token_only else 9, HIDDEN))
+    real = padding_mask[:, :1, None] if first_token_only else padding_mask[..., None]
+    results = []
+    for unpadded in (False, True):
+        block.unpadded_training = unpadded
+        x = tf.constant(inputs)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            outputs = block(x, padding_mask=padding_mask, training=True, first_token_only=first_token_only)
+            loss = tf.reduce_sum(outputs * (weights * real).astype("float32"))
+        gradients = tape.gradient(loss, [x, *block.trainable_variables])
+        results.append([np.asarray(outputs) * real] + [np.asarray(g) for g in gradients])
+        if unpadded and not first_token_only:
+            assert not np.asarray(outputs)[padding_mask == 0].any()
+    for padded, unpadded in zip(*results):
+        np.testing.assert_allclose(unpadded, padded, atol=1e-5)
+
+
+def test_block_trains_over_real_tokens_with_dropout_and_infers_padded():
+    """Dropout still drops over real tokens; inference ignores the switch."""
+    block, inputs, padding_mask = real_token_block(dropout=0.3)
+    block.unpadded_training = True
+    first, second = (np.asarray(block(inputs, padding_mask=padding_mask, training=True)) for _ in range(2))
+    assert np.all(np.isfinite(first)) and np.abs(first - second)[padding_mask == 1].max() > 1e-3
+    inference = np.asarray(block(inputs, padding_mask=padding_mask))
+    block.unpadded_training = False
+    np.testing.assert_array_equal(inference, np.asarray(block(inputs, padding_mask=padding_mask)))

@@ -1,7 +1,7 @@
 """Where one epoch of `kbert finetune` spends its time: prints one JSON object.
 
-Builds the model, optimizer and length-bucketed batches the way `kbert
-finetune` does (`kbert.training.finetune`), then fits one epoch with a
+Builds the model, optimizer and batches the way `kbert finetune` does
+(`kbert.training.finetune`), then fits one epoch with a
 callback that times every step, and separately times what the fit also pays
 for: reading the batches alone (the input pipeline), the dev evaluation, and
 the epoch checkpoint. Step times are split by padded length; the first step of
@@ -9,7 +9,9 @@ each length includes tracing (`tf.function` retraces per new shape).
 
 Variants switch one thing at a time, each fitted on the same batches:
 `--no-dropout` (dropout costs random numbers on CPU), `--bucket-width N`
-(padding multiple), `--xla`, `--dtype`, `--keras-adamw` (Keras's AdamW in
+(length buckets padded to a multiple of N in place of random batches),
+`--padded` (the encoder blocks work on the padded batch, not the real tokens
+alone), `--xla`, `--dtype`, `--keras-adamw` (Keras's AdamW in
 place of kbert's fused update). `--trace-steps N` then fits N more
 steps under TensorFlow's profiler and adds the op time of a step by part of
 the model (activation, dropout, LayerNorm, AdamW, ...), forward and backward,
@@ -51,7 +53,9 @@ def parse_args(argv=None):
     parser.add_argument("--xla", action="store_true")
     parser.add_argument("--no-dropout", action="store_true", help="set every Dropout rate to 0")
     parser.add_argument("--bucket-width", type=positive_int, default=None,
-                        help="padding multiple of the batches (default: kbert finetune's)")
+                        help="length buckets padded to a multiple of this (default: kbert finetune's)")
+    parser.add_argument("--padded", action="store_true",
+                        help="the encoder blocks train on the padded batch, not its real tokens alone")
     parser.add_argument("--keras-adamw", action="store_true",
                         help="Keras's AdamW in place of kbert's fused one")
     parser.add_argument("--trace-steps", type=positive_int, default=None,
@@ -129,8 +133,10 @@ def main(argv=None):
     import numpy as np
 
     from kbert.checkpoints.huggingface import init_encoder
+    from kbert.models import train_on_real_tokens
     from kbert.tasks import get_task, training_bucket_width
     from kbert.text import WordPieceTokenizer
+    from kbert.training.distribute import compile_for_strategy
     from kbert.training.optimizers import make_optimizer
 
     task_class = get_task(args.task)
@@ -151,7 +157,10 @@ def main(argv=None):
     ds, steps = batches()
     steps = min(steps, args.steps or steps)
     # The padded length of each batch, in the order fit will see them.
-    lengths = [int(features["token_ids"].shape[1]) for features, _ in ds.take(steps)]
+    lengths, real = [], []
+    for features, _ in ds.take(steps):
+        lengths.append(int(features["token_ids"].shape[1]))
+        real.append(float(np.mean(features["padding_mask"].numpy().sum(axis=1))))
     start = time.perf_counter()
     for _ in batches()[0].take(steps):
         pass
@@ -164,12 +173,15 @@ def main(argv=None):
                 layer.rate = 0.0
             if hasattr(layer, "dropout_rate"):
                 layer.dropout_rate = 0.0
-    model.compile(
+    compile_for_strategy(
+        model,
+        jit_compile=args.xla,
         optimizer=make_optimizer("adamw", 5e-5, steps, warmup_steps=steps // 10, dtype=args.dtype,
                                  fused=not args.keras_adamw),
-        jit_compile=args.xla,
         **task.compile_args(),
     )
+    if args.padded:
+        train_on_real_tokens(model, False)
     timer = StepTimer()
     start = time.perf_counter()
     model.fit(batches()[0].take(steps), epochs=1, steps_per_epoch=steps, callbacks=[timer], verbose=0)
@@ -205,9 +217,10 @@ def main(argv=None):
     padded = np.array(lengths)
     report = {
         "task": task.name,
-        "settings": {k: getattr(args, k) for k in ("seq_len", "batch_size", "dtype", "xla", "no_dropout", "bucket_width", "keras_adamw")},
+        "settings": {k: getattr(args, k) for k in ("seq_len", "batch_size", "dtype", "xla", "no_dropout", "bucket_width", "padded", "keras_adamw")},
         "steps": steps,
         "mean_padded_length": round(float(padded.mean()), 1),
+        "mean_real_tokens": round(float(np.mean(real)), 1),
         "fit_seconds": round(fit_seconds, 1),
         "steps_seconds": round(sum(timer.seconds), 1),
         "steady_state_seconds": round(steady_total, 1),

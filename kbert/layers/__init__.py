@@ -5,6 +5,7 @@ from kbert.layers.embeddings import PositionEmbedding
 from kbert.layers.encoder_block import TransformerEncoderBlock
 from kbert.layers.normalization import L2Normalization, LayerNormalization
 from kbert.layers.pooling import FirstTokenPooling, MaskedMaxPooling, MaskedMeanPooling
+from kbert.layers.real_tokens import RealTokens
 from kbert.layers.segments import CosineScore, PairSegments
 
 __all__ = [
@@ -17,5 +18,6 @@ __all__ = [
     "MultiHeadSelfAttention",
     "PairSegments",
     "PositionEmbedding",
+    "RealTokens",
     "TransformerEncoderBlock",
 ]

@@ -71,6 +71,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         return ops.reshape(x, (batch, length, self.num_heads, self.head_size))
 
+    def _merge_heads(self, x):
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        return ops.reshape(x, (batch, length, self.num_heads * self.head_size))
+
     def call(self, inputs, padding_mask=None, training=False, first_token_only=False):
         # With `first_token_only`, only position 0 attends (to every position):
         # all a [CLS] classifier needs from the last block.
@@ -78,20 +82,45 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         query = self._split_heads(self.query_dense(query_inputs))
         key = self._split_heads(self.key_dense(inputs))
         value = self._split_heads(self.value_dense(inputs))
+        context = self._attend(query, key, value, padding_mask, training)
+        return self.output_dense(self._merge_heads(context))
+
+    def call_on_real_tokens(self, tokens, real, padding_mask, training=False, first_token_inputs=None):
+        """The same attention, with the projections over a batch's real tokens alone.
+
+        Args:
+            tokens: `(tokens, hidden)`, `real.gather` of the padded inputs.
+            real: `RealTokens` of the batch.
+            padding_mask: `(batch, length)`, the mask `real` was made from.
+            training: bool.
+            first_token_inputs: optional `(batch, 1, hidden)`, the inputs at
+                position 0: only they attend, as with `first_token_only`.
+
+        Returns:
+            `(tokens, hidden)`, or `(batch, 1, hidden)` with `first_token_inputs`.
+        """
+
+        def padded_heads(dense):
+            return self._split_heads(real.scatter(dense(tokens)))
+
+        key, value = padded_heads(self.key_dense), padded_heads(self.value_dense)
+        if first_token_inputs is not None:
+            query = self._split_heads(self.query_dense(first_token_inputs))
+            context = self._attend(query, key, value, padding_mask, training)
+            return self.output_dense(self._merge_heads(context))
+        context = self._attend(padded_heads(self.query_dense), key, value, padding_mask, training)
+        return self.output_dense(real.gather(self._merge_heads(context)))
+
+    def _attend(self, query, key, value, padding_mask, training):
+        """softmax(QKᵀ/√d) V over `(batch, length, heads, head_size)` projections."""
         # (batch, 1, 1, key_length): broadcast over heads and query positions.
         mask = None
         if padding_mask is not None:
             mask = ops.cast(padding_mask, "bool")[:, None, None, :]
         scale = 1.0 / float(self.head_size) ** 0.5
-
         if training and self.dropout > 0:
-            context = self._dropped_attention(query, key, value, mask, scale)
-        else:
-            context = ops.dot_product_attention(query, key, value, mask=mask, scale=scale)
-
-        batch, length = ops.shape(context)[0], ops.shape(context)[1]
-        context = ops.reshape(context, (batch, length, self.num_heads * self.head_size))
-        return self.output_dense(context)
+            return self._dropped_attention(query, key, value, mask, scale)
+        return ops.dot_product_attention(query, key, value, mask=mask, scale=scale)
 
     def _dropped_attention(self, query, key, value, mask, scale):
         """softmax(QKᵀ·scale + mask) with dropout, times V: BERT's attention while training.

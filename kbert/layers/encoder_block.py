@@ -6,6 +6,7 @@ from keras import ops
 from kbert.layers.attention import MultiHeadSelfAttention
 from kbert.layers.initializers import clone_initializer
 from kbert.layers.normalization import LayerNormalization
+from kbert.layers.real_tokens import RealTokens
 
 
 def get_activation(name):
@@ -43,6 +44,13 @@ class TransformerEncoderBlock(keras.layers.Layer):
     CPUs: TensorFlow's bfloat16 erf and random draws convert value by value,
     and take 2.4x and 1.45x as long as the float32 ones. Each block's output
     is cast back to the compute dtype, so the residual stream stays in one dtype.
+
+    With `unpadded_training = True` (a switch of the running program, not
+    saved with the layer), training calls run everything but attention's
+    softmax over the batch's real tokens alone (`RealTokens`): the same
+    function, for less work on padded batches. It needs shapes that vary
+    from batch to batch, so kbert's trainers set it for TensorFlow without
+    XLA (`kbert.models.train_on_real_tokens`); inference is always padded.
     """
 
     def __init__(
@@ -65,6 +73,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self._activation_fn = get_activation(activation)
+        self.unpadded_training = False
 
     def build(self, inputs_shape):
         inputs_shape = tuple(inputs_shape)
@@ -113,10 +122,29 @@ class TransformerEncoderBlock(keras.layers.Layer):
         return ops.cast(x, self.compute_dtype)
 
     def call(self, inputs, padding_mask=None, training=False, first_token_only=False):
+        if training and self.unpadded_training and padding_mask is not None:
+            return self._call_on_real_tokens(inputs, padding_mask, first_token_only)
         attended = self.attention(
             inputs, padding_mask=padding_mask, training=training, first_token_only=first_token_only
         )
         residual = inputs[:, :1, :] if first_token_only else inputs
+        return self._feed_forward(residual, attended, training)
+
+    def _call_on_real_tokens(self, inputs, padding_mask, first_token_only):
+        """`call` while training, over the real tokens: zeros at the padding."""
+        real = RealTokens(padding_mask)
+        tokens = real.gather(inputs)
+        if first_token_only:
+            first = inputs[:, :1, :]
+            attended = self.attention.call_on_real_tokens(
+                tokens, real, padding_mask, training=True, first_token_inputs=first
+            )
+            return self._feed_forward(first, attended, True)
+        attended = self.attention.call_on_real_tokens(tokens, real, padding_mask, training=True)
+        return real.scatter(self._feed_forward(tokens, attended, True))
+
+    def _feed_forward(self, residual, attended, training):
+        """The block after attention: add & norm, the feed-forward layer, add & norm."""
         x = self._add_and_norm(residual, attended, self.attention_layer_norm, training)
         hidden = ops.cast(self.intermediate_dense(x), "float32")
         hidden = ops.cast(self._activation_fn(hidden), self.compute_dtype)

@@ -2,7 +2,7 @@
 
 from kbert.models.classifier import bert_classifier, bert_pair_regressor, bert_regressor
 from kbert.models.embedder import bert_embedder
-from kbert.models.encoder import ENCODER_INPUTS, bert_encoder, rewire_encoder
+from kbert.models.encoder import ENCODER_INPUTS, bert_encoder, rewire_encoder, train_on_real_tokens
 
 __all__ = [
     "ENCODER_INPUTS",
@@ -12,4 +12,5 @@ __all__ = [
     "bert_regressor",
     "bert_encoder",
     "rewire_encoder",
+    "train_on_real_tokens",
 ]

@@ -161,3 +161,24 @@ def as_encoder(encoder_or_config, dtype=None):
         "expected a BertConfig or an encoder from bert_encoder(), "
         f"got {type(encoder_or_config).__name__}"
     )
+
+
+def train_on_real_tokens(model, enabled=True):
+    """Sets `unpadded_training` on every encoder block in `model`, nested models included.
+
+    Training steps then run the blocks' dense layers over the batches' real
+    tokens only (see `TransformerEncoderBlock`): for TensorFlow graphs
+    without XLA, where a batch's number of real tokens may vary. kbert's
+    trainers set it through `compile_for_strategy`.
+
+    Returns:
+        The number of blocks set.
+    """
+    count = 0
+    for layer in model.layers:
+        if isinstance(layer, TransformerEncoderBlock):
+            layer.unpadded_training = enabled
+            count += 1
+        elif isinstance(layer, keras.Model):
+            count += train_on_real_tokens(layer, enabled)
+    return count

@@ -35,11 +35,6 @@ from kbert.tabular import read_table
 # tokens (`Task.batches_by_length`, and training under XLA or JAX): few
 # shapes to compile, little padding wasted.
 BUCKET_WIDTH = 32
-# Training batches without XLA (`training_bucket_width`): TensorFlow's graph
-# takes any width at no cost, so narrower buckets waste less. On the Debian
-# descriptions at 128 a row is padded to 91.8 pieces on average against
-# 100.1 at 32 (the rows hold 89.2), for 225 steps an epoch against 220.
-TRAIN_BUCKET_WIDTH = 8
 # Epoch e of a run with seed s is shuffled with the seed STRIDE * s + e, so
 # epochs and seeds never share a shuffle.
 EPOCH_SEED_STRIDE = 1_000_003
@@ -209,26 +204,26 @@ class Task:
         raise NotImplementedError
 
     def train_dataset(self, examples, batch_size, seed=0, epochs=1, first_epoch=0,
-                      bucket_width=TRAIN_BUCKET_WIDTH):
+                      bucket_width=None):
         """Shuffled training batches for epochs `first_epoch` .. `epochs - 1`.
 
         Each epoch is shuffled by a seed of its own, derived from `seed` and
         the epoch's number, so a run resumed at epoch k sees the batches an
-        uninterrupted run sees from epoch k on. Rows of similar length are
-        batched together and padded to a multiple of `bucket_width`
-        (`training_bucket_width`): dense batches.
+        uninterrupted run sees from epoch k on. Each batch is padded to its
+        longest row; with a `bucket_width` (`training_bucket_width`), rows of
+        similar length are batched together and padded to a multiple of it.
 
         Returns:
-            `(dataset, batches_per_epoch)`. The count is exact, since each
-            bucket gives ceil(size / batch_size) batches whatever the shuffle;
+            `(dataset, batches_per_epoch)`. The count is exact (with buckets,
+            each gives ceil(size / batch_size) batches whatever the shuffle);
             fit with `steps_per_epoch=batches_per_epoch`.
         """
-        return self.bucketed_dataset(
+        return self.batched_dataset(
             self.encode(examples), batch_size, seed, epochs, first_epoch, bucket_width
         )
 
-    def bucketed_dataset(self, encoded, batch_size, seed=0, epochs=1, first_epoch=0,
-                         bucket_width=TRAIN_BUCKET_WIDTH):
+    def batched_dataset(self, encoded, batch_size, seed=0, epochs=1, first_epoch=0,
+                         bucket_width=None):
         """`train_dataset`'s batches of rows already encoded, with any targets.
 
         Args:
@@ -265,7 +260,7 @@ class Task:
             epoch, lengths, batch_size, self.sequence_length, padding, epochs, first_epoch, bucket_width
         )
 
-    # What pads per-token targets in bucketed batches (ignored by the loss).
+    # What pads per-token targets in padded batches (ignored by the loss).
     target_padding = 0
 
     def batches_by_length(self, features, batch_size):
@@ -551,21 +546,28 @@ class Task:
 
 
 def training_bucket_width(jit_compile=False):
-    """The padding multiple of training batches: `TRAIN_BUCKET_WIDTH` where a new
-    width is free (TensorFlow without XLA), `BUCKET_WIDTH` where each compiles
-    a step of its own (XLA, and JAX, which always compiles)."""
+    """The length buckets of training batches: None where a new width is free
+    (TensorFlow without XLA), `BUCKET_WIDTH` where each compiles a step of its
+    own (XLA, and JAX, which always compiles).
+
+    Without XLA, batches are drawn at random, as BERT's run_classifier.py and
+    keras-hub draw them, and padded to their longest row; the encoder blocks
+    skip the padding (`kbert.models.train_on_real_tokens`), which on Debian's
+    descriptions at 128 pieces takes about the time length buckets of 8 took,
+    without batching texts of one length (and so of fewer topics) together.
+    """
     import keras
 
     if jit_compile or keras.backend.backend() != "tensorflow":
         return BUCKET_WIDTH
-    return TRAIN_BUCKET_WIDTH
+    return None
 
 
 def epoch_batches(
     epoch, lengths, batch_size, sequence_length, target_padding, epochs=1, first_epoch=0,
-    bucket_width=TRAIN_BUCKET_WIDTH,
+    bucket_width=None,
 ):
-    """Rows of similar length batched together, epoch after epoch: `(dataset, batches_per_epoch)`.
+    """Training batches, epoch after epoch: `(dataset, batches_per_epoch)`.
 
     Args:
         epoch: callable(int) -> tf.data.Dataset of `(features, targets)` rows
@@ -575,8 +577,10 @@ def epoch_batches(
         sequence_length: int. The longest row.
         target_padding: the targets' structure of scalar tensors that pad them.
         epochs, first_epoch: ints. The dataset holds epochs `first_epoch` ..
-            `epochs - 1`, each bucketed on its own.
-        bucket_width: int. Each batch is padded to a multiple of it (or to
+            `epochs - 1`, each batched on its own.
+        bucket_width: int or None. None: batches in the epoch's order, each
+            padded to its longest row. An int: rows of similar length batched
+            together, each batch padded to a multiple of it (or to
             `sequence_length`).
 
     The count is exact, since each bucket gives ceil(size / batch_size)
@@ -584,22 +588,29 @@ def epoch_batches(
     """
     import tensorflow as tf
 
-    boundaries = list(range(bucket_width + 1, sequence_length + 1, bucket_width)) + [sequence_length + 1]
-    bucket_sizes = np.bincount(np.searchsorted(boundaries, lengths, side="right"))
-    batches = int(sum(-(-int(size) // batch_size) for size in bucket_sizes))
+    padding_values = ({name: 0 for name in ENCODER_INPUTS}, target_padding)
+    if bucket_width is None:
+        batches = -(-len(lengths) // batch_size)
 
-    def bucketed(index):
-        return epoch(index).bucket_by_sequence_length(
-            lambda features, target: tf.shape(features["token_ids"])[0],
-            bucket_boundaries=boundaries,
-            bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
-            pad_to_bucket_boundary=True,
-            padding_values=({name: 0 for name in ENCODER_INPUTS}, target_padding),
-        )
+        def batched(index):
+            return epoch(index).padded_batch(batch_size, padding_values=padding_values)
+    else:
+        boundaries = list(range(bucket_width + 1, sequence_length + 1, bucket_width)) + [sequence_length + 1]
+        bucket_sizes = np.bincount(np.searchsorted(boundaries, lengths, side="right"))
+        batches = int(sum(-(-int(size) // batch_size) for size in bucket_sizes))
 
-    ds = bucketed(first_epoch)
+        def batched(index):
+            return epoch(index).bucket_by_sequence_length(
+                lambda features, target: tf.shape(features["token_ids"])[0],
+                bucket_boundaries=boundaries,
+                bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
+                pad_to_bucket_boundary=True,
+                padding_values=padding_values,
+            )
+
+    ds = batched(first_epoch)
     for index in range(first_epoch + 1, epochs):
-        ds = ds.concatenate(bucketed(index))
+        ds = ds.concatenate(batched(index))
     ds = ds.apply(tf.data.experimental.assert_cardinality(batches * (epochs - first_epoch)))
     return ds.prefetch(tf.data.AUTOTUNE), batches
 

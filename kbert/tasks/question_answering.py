@@ -38,7 +38,6 @@ from kbert.tasks import squad
 from kbert.tasks.base import (
     ENCODE_CHUNK,
     FLOAT_TOLERANCE,
-    TRAIN_BUCKET_WIDTH,
     Encoded,
     Option,
     Task,
@@ -277,7 +276,7 @@ class QuestionAnswering(Task):
         )
 
     def train_dataset(self, examples, batch_size, seed=0, epochs=1, first_epoch=0,
-                      bucket_width=TRAIN_BUCKET_WIDTH):
+                      bucket_width=None):
         """Shuffled training batches made on the fly, `(dataset, batches_per_epoch)`.
 
         The contexts' WordPieces are kept once each, ragged; the packed rows
@@ -642,7 +641,7 @@ ORACLE_STATUSES = (
 def _span_logits(logits, padding_mask):
     """`start_logits` and `end_logits` from the `(batch, length, 2)` logits, padding at `PADDING_LOGIT`.
 
-    With padding out of the softmax, a training row cut to its bucket and the
+    With padding out of the softmax, a training row cut to its batch's width and the
     same row padded to the full length give the same loss, and every runtime
     gives the same padded logits.
     """

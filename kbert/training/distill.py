@@ -338,7 +338,7 @@ def distill(
 
     teacher_figures = teacher_folder.evaluate(dev_examples, dev, batch_size)
     encoded = teacher_targets(teacher_folder, task, train_examples, extra, batch_size, log)
-    train_ds, steps_per_epoch = task.bucketed_dataset(
+    train_ds, steps_per_epoch = task.batched_dataset(
         encoded, batch_size, seed, epochs, first_epoch, training_bucket_width(jit_compile)
     )
     total_steps = steps_per_epoch * epochs

@@ -67,6 +67,8 @@ import tempfile
 
 import keras
 
+from kbert.models import train_on_real_tokens
+
 logger = logging.getLogger(__name__)
 
 STRATEGIES = ("auto", "default", "mirrored", "multiworker", "tpu")
@@ -235,6 +237,9 @@ def compile_for_strategy(model, strategy=None, jit_compile=True, **compile_kwarg
     that make `fit` fail there (tensorflow/tensorflow#72388): see
     `_build_from_local_batch` and `_logs_as_vectors`.
 
+    On TensorFlow without XLA, the encoder blocks train over each batch's
+    real tokens alone (`kbert.models.train_on_real_tokens`).
+
     Returns:
         `model`, compiled.
     """
@@ -242,6 +247,9 @@ def compile_for_strategy(model, strategy=None, jit_compile=True, **compile_kwarg
         model.compile(jit_compile=jit_compile, **compile_kwargs)
         return model
     import tensorflow as tf
+
+    # A TensorFlow graph without XLA takes a new number of tokens each batch.
+    train_on_real_tokens(model, enabled=not jit_compile)
 
     if not (jit_compile and _is_multi_replica(strategy)):
         model.compile(jit_compile=jit_compile, **compile_kwargs)
