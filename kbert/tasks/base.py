@@ -223,7 +223,7 @@ class Task:
         )
 
     def batched_dataset(self, encoded, batch_size, seed=0, epochs=1, first_epoch=0,
-                         bucket_width=None):
+                        bucket_width=None):
         """`train_dataset`'s batches of rows already encoded, with any targets.
 
         Args:
@@ -554,7 +554,7 @@ def training_bucket_width(jit_compile=False):
     keras-hub draw them, and padded to their longest row; the encoder blocks
     skip the padding (`kbert.models.train_on_real_tokens`), which on Debian's
     descriptions at 128 pieces takes about the time length buckets of 8 took,
-    without batching texts of one length (and so of fewer topics) together.
+    without batching texts of one length together.
     """
     import keras
 
