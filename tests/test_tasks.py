@@ -165,17 +165,23 @@ def test_run_in_length_batches_gives_each_rows_own_output():
     assert sorted(seen) == list(range(len(examples)))
 
 
-@pytest.mark.parametrize("jit_compile", [False, True])
-def test_training_batches_are_padded_as_their_step_compiles(jit_compile):
-    """Each epoch holds every row once, in the count announced, and two epochs
-    are shuffled apart. Without XLA the batches are drawn at random and padded
-    to their longest row; under XLA, where each width compiles a step of its
-    own, they hold rows of similar length padded to a multiple of 32 tokens."""
+def test_training_buckets_are_as_wide_as_a_step_compiles():
+    """Under XLA (and JAX), where each width compiles a step of its own, training
+    batches pad to a multiple of 32 tokens; on TensorFlow without it, of 16."""
     from kbert.tasks import training_bucket_width
-    from kbert.tasks.base import BUCKET_WIDTH
+    from kbert.tasks.base import BUCKET_WIDTH, FINE_BUCKET_WIDTH
 
-    width = training_bucket_width(jit_compile)
-    assert width == (BUCKET_WIDTH if jit_compile else None) and BUCKET_WIDTH == 32
+    assert (BUCKET_WIDTH, FINE_BUCKET_WIDTH) == (32, 16)
+    assert training_bucket_width(jit_compile=True) == BUCKET_WIDTH
+    assert training_bucket_width(jit_compile=False) == FINE_BUCKET_WIDTH
+
+
+@pytest.mark.parametrize("width", [None, 16, 32])
+def test_training_batches_are_padded_to_their_bucket(width):
+    """Each epoch holds every row once, in the count announced, and two epochs
+    are shuffled apart. With a bucket width, batches hold rows of similar
+    length padded to a multiple of it; without, they are drawn at random and
+    padded to their longest row."""
     task = task_instance("text-pair-regression", {}, 64)
     pairs = TASKS["text-pair-regression"].read(os.path.join(STSB, "dev.tsv"))[:150]
     examples = [dict(e, target=float(row)) for row, e in enumerate(pairs)]  # names its row

@@ -52,8 +52,9 @@ def parse_args(argv=None):
     parser.add_argument("--dtype", default="mixed_bfloat16")
     parser.add_argument("--xla", action="store_true")
     parser.add_argument("--no-dropout", action="store_true", help="set every Dropout rate to 0")
-    parser.add_argument("--bucket-width", type=positive_int, default=None,
-                        help="length buckets padded to a multiple of this (default: kbert finetune's)")
+    parser.add_argument("--bucket-width", type=lambda value: 0 if value == "0" else positive_int(value), default=None,
+                        help="length buckets padded to a multiple of this (default: kbert "
+                             "finetune's); 0: batches drawn at random, padded to their longest row")
     parser.add_argument("--padded", action="store_true",
                         help="the encoder blocks train on the padded batch, not its real tokens alone")
     parser.add_argument("--keras-adamw", action="store_true",
@@ -149,7 +150,7 @@ def main(argv=None):
                       **task_class.learn(train, args.train))
     task.use_options(options)
 
-    bucket_width = args.bucket_width or training_bucket_width(args.xla)
+    bucket_width = training_bucket_width(args.xla) if args.bucket_width is None else args.bucket_width or None
 
     def batches():
         return task.train_dataset(train, args.batch_size, seed=0, bucket_width=bucket_width)
