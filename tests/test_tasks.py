@@ -449,3 +449,17 @@ def test_benchmark_variants_take_the_tasks_options(impls, message, capsys):
     with pytest.raises(SystemExit):
         tool.parse_args(data + ["--impls", impls])
     assert message in capsys.readouterr().err
+
+
+def test_benchmark_max_steps_runs_keras_hubs_input_pipeline_only(capsys):
+    """`--max-steps` fits keras-hub's batches only, so kbert's own pipeline is refused."""
+    from tests.task_harness import load_tool
+
+    tool = load_tool("benchmark_finetune")
+    data = ["--train", os.path.join(STSB, "train.tsv"), "--dev", os.path.join(STSB, "dev.tsv"),
+            "--max-steps", "5"]
+    args = tool.parse_args(data + ["--impls", "kbert-model-hub-input,keras-hub"])
+    assert args.max_steps == 5
+    with pytest.raises(SystemExit):
+        tool.parse_args(data + ["--impls", "kbert,keras-hub"])
+    assert "--max-steps: runs keras-hub's input pipeline only" in capsys.readouterr().err

@@ -20,6 +20,16 @@ regression). Prints one JSON object; `--out FILE` writes it too.
         --train ../shared/data/glue-stsb/train.tsv --dev ../shared/data/glue-stsb/dev.tsv \\
         --impls kbert,kbert:head=cross --seeds 0,1,2
 
+Each run also reports `train_loss`, the mean training loss of its last
+epoch. `--max-steps N` fits keras-hub's classifier and kbert's fed by
+keras-hub's input pipeline (`kbert-model-hub-input`) on the same first N
+batches of the recipe's schedule, dropout on, without validation: whether
+the two models learn alike, with one seed's batches in one order for both:
+
+    python tools/benchmark_finetune.py --train data/debian-packages/train.csv \
+        --dev data/debian-packages/dev.csv --epochs 2 --lr 1e-4 --max-steps 110 \
+        --impls kbert-model-hub-input,keras-hub --seeds 0,1 --baselines ""
+
 `kbert:NAME=VALUE[:NAME=VALUE]` runs kbert with task options or the recipe
 options of `RECIPE_OPTIONS` (`kbert finetune --NAME VALUE`), so that variants
 run side by side in one run:
@@ -79,6 +89,10 @@ def parse_args(argv=None):
     parser.add_argument("--ema", type=fraction, default=None, help="kbert only")
     parser.add_argument("--reinit-pooler", action="store_true", help="kbert only")
     parser.add_argument("--attention-dropout", type=dropout_rate, default=None, help="kbert only")
+    parser.add_argument("--max-steps", type=positive_int, default=None,
+                        help="fit only the first N batches of the recipe's schedule, without "
+                             "validation (keras-hub and the hybrid only): a diagnostic of the "
+                             "training loss on the same batches")
     parser.add_argument("--baselines", default=",".join(BASELINES), help="those that fit the task")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
@@ -99,6 +113,9 @@ def parse_args(argv=None):
             parser.error(f"--impls {impl}: expected kbert:NAME=VALUE with options of "
                          f"{args.task} ({', '.join(sorted(names))}) or of the recipe "
                          f"({', '.join(RECIPE_OPTIONS)})")
+    if args.max_steps and any(impl.split(":")[0] == "kbert" for impl in args.impls):
+        parser.error("--max-steps: runs keras-hub's input pipeline only; "
+                     f"expected --impls among keras-hub, {', '.join(HYBRIDS)}")
     try:
         args.seeds = [int(s) for s in args.seeds.split(",") if s]
     except ValueError:
@@ -147,7 +164,10 @@ def run_kbert(args, seed, work, impl="kbert"):
         learning_rate=args.lr, warmup_fraction=args.warmup, weight_decay=args.weight_decay,
         reinit_pooler=args.reinit_pooler, dtype=args.dtype, seed=seed, verbose=0, log=log, **recipe,
     )
-    return {**get_task(args.task).summary(metrics), "fit_seconds": metrics["train_seconds"]}
+    return {
+        **get_task(args.task).summary(metrics), "fit_seconds": metrics["train_seconds"],
+        "train_loss": round(metrics["history"]["loss"][-1], 4),
+    }
 
 
 def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
@@ -216,12 +236,18 @@ def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
     )
     start = time.perf_counter()
-    model.fit(train_ds, validation_data=dev_ds, epochs=args.epochs, verbose=0)
+    if args.max_steps:
+        history = model.fit(train_ds.take(args.max_steps), epochs=1, verbose=0)
+    else:
+        history = model.fit(train_ds, validation_data=dev_ds, epochs=args.epochs, verbose=0)
     seconds = time.perf_counter() - start
     # Elements are 1-tuples: Keras reads an element (a, b) as (inputs, targets).
     logits = model.predict(predict_ds, verbose=0)
     metrics = task.evaluate(dev, softmax(np.asarray(logits, np.float32)))
-    return {**task.summary(metrics), "fit_seconds": round(seconds, 1)}
+    return {
+        **task.summary(metrics), "fit_seconds": round(seconds, 1),
+        "train_loss": round(history.history["loss"][-1], 4),
+    }
 
 
 def baselines(args, task_class, train, dev):
@@ -294,6 +320,7 @@ def main(argv=None):
             "batch_size": args.batch_size, "sequence_length": args.seq_len, "dtype": args.dtype,
             "optimizer": "AdamW (BERT's: no decay on LayerNorm and biases), linear warmup then linear decay",
             "warmup_fraction": args.warmup, "weight_decay": args.weight_decay,
+            "max_steps": args.max_steps,
             "kbert_only": {"layer_decay": args.layer_decay, "ema_momentum": args.ema,
                            "reinit_pooler": args.reinit_pooler, "attention_dropout": args.attention_dropout},
         },
