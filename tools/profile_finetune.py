@@ -9,7 +9,8 @@ each length includes tracing (`tf.function` retraces per new shape).
 
 Variants switch one thing at a time, each fitted on the same batches:
 `--no-dropout` (dropout costs random numbers on CPU), `--bucket-width N`
-(length buckets padded to a multiple of N in place of random batches),
+(length buckets padded to a multiple of N in place of kbert finetune's; 0:
+batches drawn at random, each padded to its longest row),
 `--padded` (the encoder blocks work on the padded batch, not the real tokens
 alone), `--xla`, `--dtype`, `--keras-adamw` (Keras's AdamW in
 place of kbert's fused update). `--trace-steps N` then fits N more
@@ -37,6 +38,17 @@ sys.path.insert(0, REPO)
 import keras  # noqa: E402
 
 
+def bucket_width(value):
+    """`--bucket-width`: a positive integer, or 0 for random batches."""
+    try:
+        width = int(value)
+    except ValueError:
+        width = -1
+    if width < 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected 0 (random batches) or a positive integer")
+    return width
+
+
 def parse_args(argv=None):
     from kbert.cliargs import positive_int
     from kbert.tasks import TASKS
@@ -52,7 +64,7 @@ def parse_args(argv=None):
     parser.add_argument("--dtype", default="mixed_bfloat16")
     parser.add_argument("--xla", action="store_true")
     parser.add_argument("--no-dropout", action="store_true", help="set every Dropout rate to 0")
-    parser.add_argument("--bucket-width", type=lambda value: 0 if value == "0" else positive_int(value), default=None,
+    parser.add_argument("--bucket-width", type=bucket_width, default=None,
                         help="length buckets padded to a multiple of this (default: kbert "
                              "finetune's); 0: batches drawn at random, padded to their longest row")
     parser.add_argument("--padded", action="store_true",
