@@ -463,3 +463,22 @@ def test_benchmark_max_steps_runs_keras_hubs_input_pipeline_only(capsys):
     with pytest.raises(SystemExit):
         tool.parse_args(data + ["--impls", "kbert,keras-hub"])
     assert "--max-steps: runs keras-hub's input pipeline only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value, expected", [("0", 0), ("16", 16), ("-3", None), ("x", None)])
+def test_profile_bucket_width_takes_0_for_random_batches(value, expected, capsys):
+    """`tools/profile_finetune.py --bucket-width`: 0 (random batches) or a positive
+    integer; anything else is refused with one line naming the value."""
+    from tests.task_harness import load_tool
+
+    tool = load_tool("profile_finetune")
+    data = ["--train", os.path.join(STSB, "train.tsv"), "--dev", os.path.join(STSB, "dev.tsv"),
+            "--bucket-width", value]
+    if expected is not None:
+        assert tool.parse_args(data).bucket_width == expected
+        return
+    with pytest.raises(SystemExit):
+        tool.parse_args(data)
+    assert f"--bucket-width: {value!r}: expected 0 (random batches) or a positive integer" in (
+        capsys.readouterr().err
+    )

@@ -38,7 +38,7 @@ sys.path.insert(0, REPO)
 import keras  # noqa: E402
 
 
-def bucket_width(value):
+def bucket_width_arg(value):
     """`--bucket-width`: a positive integer, or 0 for random batches."""
     try:
         width = int(value)
@@ -64,7 +64,7 @@ def parse_args(argv=None):
     parser.add_argument("--dtype", default="mixed_bfloat16")
     parser.add_argument("--xla", action="store_true")
     parser.add_argument("--no-dropout", action="store_true", help="set every Dropout rate to 0")
-    parser.add_argument("--bucket-width", type=bucket_width, default=None,
+    parser.add_argument("--bucket-width", type=bucket_width_arg, default=None,
                         help="length buckets padded to a multiple of this (default: kbert "
                              "finetune's); 0: batches drawn at random, padded to their longest row")
     parser.add_argument("--padded", action="store_true",
@@ -162,6 +162,7 @@ def main(argv=None):
                       **task_class.learn(train, args.train))
     task.use_options(options)
 
+    # 0 asks for random batches (None); no flag, for kbert finetune's buckets.
     bucket_width = training_bucket_width(args.xla) if args.bucket_width is None else args.bucket_width or None
 
     def batches():
