@@ -482,3 +482,38 @@ def test_profile_bucket_width_takes_0_for_random_batches(value, expected, capsys
     assert f"--bucket-width: {value!r}: expected 0 (random batches) or a positive integer" in (
         capsys.readouterr().err
     )
+
+
+def test_profile_interleave_fits_both_models_on_every_batch(capsys):
+    """`tools/profile_finetune.py --interleave`: the variant and the baseline each fit
+    the first two widths untimed, then every batch in turn; the ratio is that of
+    their summed steps. `--interleave` with `--trace-steps` is refused."""
+    import keras
+
+    from kbert.models import bert_classifier
+    from tests.task_harness import load_tool
+
+    tool = load_tool("profile_finetune")
+    models = []
+    for seed in (0, 1):
+        keras.utils.set_random_seed(seed)
+        model = bert_classifier(TINY, 3)
+        model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        models.append(model)
+    batches = [
+        (tiny_inputs(TINY.vocab_size, batch=4, length=length, seed=index), np.array([0, 1, 2, 0]))
+        for index, length in enumerate([8, 8, 12, 8, 12])
+    ]
+    report = tool.interleaved(models[0], models[1], batches)
+    assert report["steps"] == 5
+    # Two untimed warm-up steps (widths 8 and 12), then the five batches.
+    assert [int(model.optimizer.iterations) for model in models] == [7, 7]
+    # The means are rounded to 0.1 ms, a tiny model's step to a few ms.
+    ratio = report["variant_mean_s"] / report["baseline_mean_s"]
+    assert report["variant_over_baseline"] == pytest.approx(ratio, rel=0.05)
+
+    data = ["--train", os.path.join(STSB, "train.tsv"), "--dev", os.path.join(STSB, "dev.tsv")]
+    assert tool.parse_args(data + ["--interleave", "--no-dropout"]).interleave
+    with pytest.raises(SystemExit):
+        tool.parse_args(data + ["--interleave", "--trace-steps", "4"])
+    assert "--interleave compares step times" in capsys.readouterr().err

@@ -18,6 +18,12 @@ steps under TensorFlow's profiler and adds the op time of a step by part of
 the model (activation, dropout, LayerNorm, AdamW, ...), forward and backward,
 and by op type.
 
+`--interleave` compares instead: it fits the variant and a second model with
+kbert finetune's own settings in turn, one step each, on the same batches,
+and reports each one's mean step and their ratio. This machine's speed
+drifts by about 10% between runs minutes apart; taken step by step in turn,
+the drift falls on both, and a change of a few percent shows.
+
     python tools/profile_finetune.py --train data/debian-packages/train.csv \\
         --dev data/debian-packages/dev.csv --steps 60
 """
@@ -73,7 +79,13 @@ def parse_args(argv=None):
                         help="Keras's AdamW in place of kbert's fused one")
     parser.add_argument("--trace-steps", type=positive_int, default=None,
                         help="also trace this many steps with TensorFlow's profiler")
-    return parser.parse_args(argv)
+    parser.add_argument("--interleave", action="store_true",
+                        help="fit the variant and kbert finetune's settings in turn, step by step, "
+                             "on the same batches, and report the ratio of their steps")
+    args = parser.parse_args(argv)
+    if args.interleave and args.trace_steps:
+        parser.error("--interleave compares step times; trace without it (--trace-steps)")
+    return args
 
 
 # Parts of a step: an op belongs to the first whose fragment its name holds.
@@ -127,6 +139,44 @@ def trace_ops(model, dataset, steps):
     }
 
 
+def interleaved(variant, baseline, batches):
+    """Mean step of two compiled models fitted in turn, one step each, on `batches`.
+
+    The order alternates from batch to batch. Each model first fits the
+    first two batches of different widths untimed: its first step traces,
+    and TensorFlow traces again, shape-relaxed, at the second width.
+
+    Returns:
+        dict: steps timed, each model's mean step in seconds, and
+        `variant_over_baseline`, the ratio of their sums.
+    """
+    import numpy as np
+
+    widths = {}
+    for features, targets in batches:
+        widths.setdefault(int(features["token_ids"].shape[1]), (features, targets))
+        if len(widths) == 2:
+            break
+    for model in (variant, baseline):
+        for features, targets in widths.values():
+            model.train_on_batch(features, targets)
+    seconds = {"variant": [], "baseline": []}
+    models = {"variant": variant, "baseline": baseline}
+    for index, (features, targets) in enumerate(batches):
+        order = ("variant", "baseline") if index % 2 == 0 else ("baseline", "variant")
+        for name in order:
+            start = time.perf_counter()
+            models[name].train_on_batch(features, targets)
+            seconds[name].append(time.perf_counter() - start)
+    variant_s, baseline_s = np.array(seconds["variant"]), np.array(seconds["baseline"])
+    return {
+        "steps": len(variant_s),
+        "variant_mean_s": round(float(variant_s.mean()), 4),
+        "baseline_mean_s": round(float(baseline_s.mean()), 4),
+        "variant_over_baseline": round(float(variant_s.sum() / baseline_s.sum()), 4),
+    }
+
+
 class StepTimer(keras.callbacks.Callback):
     """Keeps each training step's wall-clock."""
 
@@ -141,16 +191,51 @@ class StepTimer(keras.callbacks.Callback):
         self.seconds.append(time.perf_counter() - self._start)
 
 
+def settings(args):
+    """The switches of the fitted variant, for the report."""
+    keys = ("seq_len", "batch_size", "dtype", "xla", "no_dropout", "bucket_width", "padded", "keras_adamw")
+    return {key: getattr(args, key) for key in keys}
+
+
+def machine():
+    return {"cpus": os.cpu_count(), "platform": platform.platform(),
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
+def compiled_model(args, task, encoder, steps):
+    """The task's model on `encoder`, compiled as `kbert finetune` does, with
+    the switches of `args` (`--no-dropout`, `--xla`, `--keras-adamw`, `--padded`)."""
+    from kbert.layers.attention import MultiHeadSelfAttention
+    from kbert.models import train_on_real_tokens
+    from kbert.training.distribute import compile_for_strategy
+    from kbert.training.optimizers import make_optimizer
+
+    model = task.build_model(encoder, dtype=args.dtype)
+    if args.no_dropout:
+        for layer in model._flatten_layers():
+            if isinstance(layer, keras.layers.Dropout):
+                layer.rate = 0.0
+            if isinstance(layer, MultiHeadSelfAttention):
+                layer.dropout = 0.0
+    compile_for_strategy(
+        model,
+        jit_compile=args.xla,
+        optimizer=make_optimizer("adamw", 5e-5, steps, warmup_steps=steps // 10, dtype=args.dtype,
+                                 fused=not args.keras_adamw),
+        **task.compile_args(),
+    )
+    if args.padded:
+        train_on_real_tokens(model, False)
+    return model
+
+
 def main(argv=None):
     args = parse_args(argv)
     import numpy as np
 
     from kbert.checkpoints.huggingface import init_encoder
-    from kbert.models import train_on_real_tokens
     from kbert.tasks import get_task, training_bucket_width
     from kbert.text import WordPieceTokenizer
-    from kbert.training.distribute import compile_for_strategy
-    from kbert.training.optimizers import make_optimizer
 
     task_class = get_task(args.task)
     options = task_class.resolve_options(None)
@@ -180,22 +265,20 @@ def main(argv=None):
         pass
     pipeline_seconds = time.perf_counter() - start
 
-    model = task.build_model(encoder, dtype=args.dtype)
-    if args.no_dropout:
-        for layer in model._flatten_layers():
-            if isinstance(layer, keras.layers.Dropout):
-                layer.rate = 0.0
-            if hasattr(layer, "dropout_rate"):
-                layer.dropout_rate = 0.0
-    compile_for_strategy(
-        model,
-        jit_compile=args.xla,
-        optimizer=make_optimizer("adamw", 5e-5, steps, warmup_steps=steps // 10, dtype=args.dtype,
-                                 fused=not args.keras_adamw),
-        **task.compile_args(),
-    )
-    if args.padded:
-        train_on_real_tokens(model, False)
+    model = compiled_model(args, task, encoder, steps)
+    if args.interleave:
+        # kbert finetune's own settings, from a second copy of the checkpoint.
+        baseline_args = parse_args(["--train", args.train, "--dev", args.dev, "--task", args.task])
+        _, baseline_encoder, _, _ = init_encoder(args.init, dtype=baseline_args.dtype)
+        baseline = compiled_model(baseline_args, task, baseline_encoder, steps)
+        report = {
+            "task": task.name,
+            "settings": settings(args),
+            "interleaved": interleaved(model, baseline, list(batches()[0].take(steps))),
+            "machine": machine(),
+        }
+        print(json.dumps(report, indent=2))
+        return
     timer = StepTimer()
     start = time.perf_counter()
     model.fit(batches()[0].take(steps), epochs=1, steps_per_epoch=steps, callbacks=[timer], verbose=0)
@@ -231,7 +314,7 @@ def main(argv=None):
     padded = np.array(lengths)
     report = {
         "task": task.name,
-        "settings": {k: getattr(args, k) for k in ("seq_len", "batch_size", "dtype", "xla", "no_dropout", "bucket_width", "padded", "keras_adamw")},
+        "settings": settings(args),
         "steps": steps,
         "mean_padded_length": round(float(padded.mean()), 1),
         "mean_real_tokens": round(float(np.mean(real)), 1),
@@ -245,8 +328,7 @@ def main(argv=None):
         "dev_examples": len(dev),
         "model_save_seconds": round(save_seconds, 1),
         "fit_sequences_per_s": round(steps * args.batch_size / fit_seconds, 2),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "load_average": [round(x, 2) for x in os.getloadavg()]},
+        "machine": machine(),
     }
     if args.trace_steps:
         # The timed batches again, of mixed widths: where an average step goes.
