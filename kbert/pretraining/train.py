@@ -77,6 +77,14 @@ class _ScalarLogs(keras.callbacks.Callback):
         for writer in self._writers.values():
             writer.flush()
 
+    def on_train_end(self, logs=None):
+        # Closed here, as Keras's TensorBoard closes its writers: a writer
+        # left open flushes when it is collected, and recreates its folder if
+        # that was a worker's scratch folder, deleted by then.
+        for writer in self._writers.values():
+            writer.close()
+        self._writers = {}
+
 
 def _tensorboard(log_dir):
     import importlib.util
