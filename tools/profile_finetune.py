@@ -198,6 +198,7 @@ def settings(args):
 
 
 def machine():
+    """The machine the figures came from, for the report."""
     return {"cpus": os.cpu_count(), "platform": platform.platform(),
             "load_average": [round(x, 2) for x in os.getloadavg()]}
 
@@ -255,6 +256,21 @@ def main(argv=None):
 
     ds, steps = batches()
     steps = min(steps, args.steps or steps)
+    if args.interleave:
+        # Only the step times: none of the single run's other measurements.
+        model = compiled_model(args, task, encoder, steps)
+        # kbert finetune's own settings, from a second copy of the checkpoint.
+        baseline_args = parse_args(["--train", args.train, "--dev", args.dev, "--task", args.task])
+        _, baseline_encoder, _, _ = init_encoder(args.init, dtype=baseline_args.dtype)
+        baseline = compiled_model(baseline_args, task, baseline_encoder, steps)
+        report = {
+            "task": task.name,
+            "settings": settings(args),
+            "interleaved": interleaved(model, baseline, list(ds.take(steps))),
+            "machine": machine(),
+        }
+        print(json.dumps(report, indent=2))
+        return
     # The padded length of each batch, in the order fit will see them.
     lengths, real = [], []
     for features, _ in ds.take(steps):
@@ -266,19 +282,6 @@ def main(argv=None):
     pipeline_seconds = time.perf_counter() - start
 
     model = compiled_model(args, task, encoder, steps)
-    if args.interleave:
-        # kbert finetune's own settings, from a second copy of the checkpoint.
-        baseline_args = parse_args(["--train", args.train, "--dev", args.dev, "--task", args.task])
-        _, baseline_encoder, _, _ = init_encoder(args.init, dtype=baseline_args.dtype)
-        baseline = compiled_model(baseline_args, task, baseline_encoder, steps)
-        report = {
-            "task": task.name,
-            "settings": settings(args),
-            "interleaved": interleaved(model, baseline, list(batches()[0].take(steps))),
-            "machine": machine(),
-        }
-        print(json.dumps(report, indent=2))
-        return
     timer = StepTimer()
     start = time.perf_counter()
     model.fit(batches()[0].take(steps), epochs=1, steps_per_epoch=steps, callbacks=[timer], verbose=0)
