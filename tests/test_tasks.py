@@ -517,3 +517,25 @@ def test_profile_interleave_fits_both_models_on_every_batch(capsys):
     with pytest.raises(SystemExit):
         tool.parse_args(data + ["--interleave", "--trace-steps", "4"])
     assert "--interleave compares step times" in capsys.readouterr().err
+
+
+def test_matmul_floor_sums_the_products_of_a_step(capsys):
+    """`tools/matmul_floor.py`: a block's matmul time is its four projections, its
+    feed-forward layer (forward, input and kernel gradients each) and attention's
+    products; a step is the full blocks plus the last block's keys and values."""
+    from tests.task_harness import load_tool
+
+    tool = load_tool("matmul_floor")
+    tool.main(["--tokens", "64", "--batch", "4", "--width", "16", "--hidden", "16",
+               "--intermediate", "32", "--heads", "2", "--layers", "3", "--repeats", "2"])
+    report = json.loads(capsys.readouterr().out)
+    products = report["dense_ms_and_gflops"]
+    assert set(products["projection"]) == {"forward", "input_gradient", "kernel_gradient"}
+    three = {name: sum(kind["ms"] for kind in kinds.values()) for name, kinds in products.items()}
+    block = 4 * three["projection"] + three["intermediate"] + three["output"] + report["attention_products_ms"]
+    # Each figure is rounded: the products to 0.01 ms, the sums to 0.1 ms.
+    assert report["block_ms"] == pytest.approx(block, abs=0.2)
+    assert report["step_matmul_ms"] == pytest.approx(2 * block + 2 * three["projection"], abs=0.4)
+    with pytest.raises(SystemExit):
+        tool.parse_args(["--hidden", "16", "--heads", "3"])
+    assert "--hidden 16 is not divisible by --heads 3" in capsys.readouterr().err
