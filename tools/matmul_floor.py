@@ -4,9 +4,9 @@ Times, one at a time, every matrix product a training step over the real
 tokens runs (`kbert.layers.RealTokens`): each dense layer's forward product,
 its input gradient and its kernel gradient over `--tokens` rows, and
 attention's score and context products over `--batch` x `--width` padded
-positions, forward and backward. Sums them for the encoder's blocks, the
-last computing the keys and values of every token and the rest for [CLS]
-alone, as a pooled classifier's does. Prints one JSON object.
+positions, forward and backward. Sums them for the encoder's blocks; of the
+last, only the keys and values of every token: a pooled classifier computes
+the rest of it for [CLS] alone, a few rows, left out. Prints one JSON object.
 
 A step cannot take less than this on the machine, whatever is done to the
 work between the products, unless those products run faster or fewer of
@@ -19,9 +19,7 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,17 +47,14 @@ def parse_args(argv=None):
 
 
 def median_seconds(function, inputs, repeats):
-    """Median wall-clock of `function(*inputs)`, after three calls that warm it up."""
-    for _ in range(3):
-        function(*inputs)
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    """Median wall-clock of `function(*inputs)`, its outputs read back (`measure_latency`)."""
+    from kbert.export.verify import measure_latency
+
+    def call():
         outputs = function(*inputs)
-        for output in outputs if isinstance(outputs, (list, tuple)) else [outputs]:
-            output.numpy()
-        seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds)
+        return [output.numpy() for output in (outputs if isinstance(outputs, (list, tuple)) else [outputs])]
+
+    return measure_latency(call, runs=repeats)["median_ms"] / 1e3
 
 
 def dense_products(rows, inputs, units, dtype, repeats):
