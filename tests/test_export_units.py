@@ -2,6 +2,7 @@
 
 import json
 import os
+import platform
 
 import numpy as np
 import pytest
@@ -267,8 +268,18 @@ def test_report_markdown():
     markdown = verify.markdown_report(report)
     assert "| `tflite/model_int8.tflite` | tflite | int8 | tokens | 2.00e-02 | 99.00% | 81.00 | 70.00 |" in markdown
     assert "23.0 MiB" in markdown and "Attention 6" in markdown
-    assert "Keras model: accuracy 81.20, macro_f1 71.00, 30.00 ms." in markdown
+    assert "runs on 2 threads. Keras model: accuracy 81.20, macro_f1 71.00, 30.00 ms." in markdown
     json.dumps(report)
+    report["machine"] = verify.machine()
+    assert f"runs on 2 threads of {report['machine']['cpu']}. Keras model:" in verify.markdown_report(report)
+
+
+def test_machine():
+    machine = verify.machine()
+    assert machine["cpus"] == os.cpu_count() and machine["cpu"] and machine["python"] == platform.python_version()
+    load = verify.load_average()
+    assert load is None or (len(load) == 3 and all(value >= 0 for value in load))
+    json.dumps(machine)
 
 
 # The tiny random classifier's logits are small (|logit| <= 0.13) and close

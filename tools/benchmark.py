@@ -41,7 +41,6 @@ AVX-512 FMA units) — a rough upper bound that ignores the real clock.
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -50,6 +49,7 @@ import keras
 import numpy as np
 
 import kbert
+from kbert.export.verify import machine
 from kbert.pretraining import bert_pretrainer
 
 NUM_CLASSES = 12  # the Debian package task
@@ -267,7 +267,7 @@ def main():
         "steps": args.steps,
         "backend": keras.backend.backend(),
         "keras": keras.__version__,
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "machine": machine(),
         "peak_tflops": peak / 1e12,
         "peak_source": peak_source,
         "flops_formula": "see tools/benchmark.py docstring",

@@ -22,7 +22,6 @@ int8 teacher of at most 25 MiB.
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 
@@ -83,7 +82,7 @@ def main(argv=None):
     from kbert.export import onnx as onnx_export
     from kbert.export import tflite
     from kbert.export.exporter import export_model
-    from kbert.export.verify import interleaved_latency
+    from kbert.export.verify import interleaved_latency, load_average, machine
     from kbert.modelfolder import open_model
 
     reports, runners, one = {}, {}, None
@@ -134,9 +133,9 @@ def main(argv=None):
         }
 
     log(f"timing: {args.runs} interleaved rounds over {len(runners)} files")
-    load_before = os.getloadavg()
+    machine_before = machine()
     latency = interleaved_latency({f"{n}/{k}": call for (n, k), call in runners.items()}, args.runs, args.warmup)
-    load_after = os.getloadavg()
+    load_after = load_average()
     for (name, key) in runners:
         reports[name]["artefacts"][key]["latency"] = latency[f"{name}/{key}"]
 
@@ -157,9 +156,8 @@ def main(argv=None):
                 "sequence_length": int(one["token_ids"].shape[1]),
                 "batch": 1,
                 "threads": args.threads,
-                "cpu": platform.processor() or platform.machine(),
-                "cpu_count": os.cpu_count(),
-                "load_average_1min": {"before": round(load_before[0], 2), "after": round(load_after[0], 2)},
+                "machine": machine_before,
+                "load_average_after": load_after,
                 "models": reports,
                 "targets": {
                     f"a student's TFLite {metric} >= teacher's - {TARGET_MAX_DROP} at <= {TARGET_MAX_MS} ms": reached,

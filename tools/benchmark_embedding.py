@@ -66,10 +66,6 @@ def parse_args(argv=None):
     return args
 
 
-def load():
-    return [round(x, 2) for x in os.getloadavg()]
-
-
 def milliseconds(seconds):
     """Median and 90th percentile of `seconds`, in milliseconds."""
     import numpy as np
@@ -143,7 +139,6 @@ def part_export(args):
 
 
 def part_latency(args):
-    import numpy as np
     import tensorflow as tf
 
     from kbert.export import savedmodel
@@ -321,11 +316,13 @@ def main(argv=None):
 
     tf.config.threading.set_intra_op_parallelism_threads(2)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    results = {"checkpoint": CHECKPOINT, "cpus": os.cpu_count()}
+    from kbert.export.verify import load_average, machine
+
+    results = {"checkpoint": CHECKPOINT, "machine": machine()}
     for part in args.parts:
-        before, start = load(), time.perf_counter()
+        before, start = load_average(), time.perf_counter()
         results[part] = globals()[f"part_{part}"](args)
-        results[part]["load_average_before_after"] = [before, load()]
+        results[part]["load_average_before_after"] = [before, load_average()]
         results[part]["wall_seconds"] = round(time.perf_counter() - start, 1)
         print(f"{part}: done in {results[part]['wall_seconds']} s", file=sys.stderr, flush=True)
     print(json.dumps(results, indent=2, ensure_ascii=False))

@@ -42,7 +42,6 @@ run side by side in one run:
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -306,6 +305,7 @@ def spread(values):
 
 def main(argv=None):
     args = parse_args(argv)
+    from kbert.export.verify import load_average, machine
     from kbert.tasks import get_task
 
     task_class = get_task(args.task)
@@ -324,8 +324,7 @@ def main(argv=None):
             "kbert_only": {"layer_decay": args.layer_decay, "ema_momentum": args.ema,
                            "reinit_pooler": args.reinit_pooler, "attention_dropout": args.attention_dropout},
         },
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "load_average_before": os.getloadavg(),
+        "machine": machine(),
         "runs": [],
     }
     report["baselines"] = baselines(args, task_class, train, dev)
@@ -341,7 +340,7 @@ def main(argv=None):
                     figures = run_keras_hub(args, seed, task_class, train, dev, model_from)
                 report["runs"].append({"impl": impl, "seed": seed, **figures})
                 log(json.dumps(report["runs"][-1]))
-    report["load_average_after"] = os.getloadavg()
+    report["load_average_after"] = load_average()
     summary = {}
     for impl in args.impls:
         runs = [r for r in report["runs"] if r["impl"] == impl]

@@ -19,7 +19,6 @@ slower than onnxruntime int8.
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -128,6 +127,8 @@ def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
+    from kbert.export.verify import load_average, machine
+
     # Before TensorFlow runs anything: its pools cannot be resized later.
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -136,9 +137,9 @@ def main(argv=None):
     os.makedirs(folder, exist_ok=True)
     try:
         runtimes, fusions = build_runtimes(args, folder)
-        load_before = os.getloadavg()
+        machine_before = machine()
         latency = measure(runtimes, args.runs, args.rounds, args.warmup)
-        load_after = os.getloadavg()
+        load_after = load_average()
     finally:
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)
@@ -153,9 +154,8 @@ def main(argv=None):
                 "batch": 1,
                 "seq_len": args.seq_len,
                 "threads": args.threads,
-                "cpu": platform.processor() or platform.machine(),
-                "cpu_count": os.cpu_count(),
-                "load_average_1min": {"before": round(load_before[0], 2), "after": round(load_after[0], 2)},
+                "machine": machine_before,
+                "load_average_after": load_after,
                 "latency": latency,
                 "onnx_fusions": fusions,
                 "ratios": {

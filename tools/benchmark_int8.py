@@ -23,7 +23,6 @@ half a point of the float file's accuracy.
 import argparse
 import json
 import os
-import platform
 import shutil
 import sys
 import time
@@ -63,7 +62,7 @@ def main(argv=None):
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from kbert.export import tflite
-    from kbert.export.verify import interleaved_latency
+    from kbert.export.verify import interleaved_latency, load_average, machine
     from kbert.modelfolder import open_model
 
     folder = open_model(args.model)
@@ -107,11 +106,11 @@ def main(argv=None):
         results[quantization]["versus_float"] = agreement
 
     log(f"timing: {args.runs} interleaved rounds")
-    load_before = os.getloadavg()
+    machine_before = machine()
     latency = interleaved_latency(
         {q: (lambda runner=runners[q]: runner.run(one)) for q in QUANTIZATIONS}, args.runs, args.warmup
     )
-    load_after = os.getloadavg()
+    load_after = load_average()
     for quantization in QUANTIZATIONS:
         results[quantization]["latency"] = latency[quantization]
 
@@ -128,9 +127,8 @@ def main(argv=None):
                 "sequence_length": folder.sequence_length,
                 "batch": 1,
                 "threads": args.threads,
-                "cpu": platform.processor() or platform.machine(),
-                "cpu_count": os.cpu_count(),
-                "load_average_1min": {"before": round(load_before[0], 2), "after": round(load_after[0], 2)},
+                "machine": machine_before,
+                "load_average_after": load_after,
                 "artefacts": results,
                 "targets": {
                     f"int8 size <= {TARGET_MAX_SIZE_RATIO:.4f} x float": int8["size_bytes"]

@@ -119,9 +119,10 @@ def raw_text_figures(task, folder, examples):
 
 def main(argv=None):
     args = parse_args(argv)
+    from kbert.export.verify import load_average, machine
     from kbert.modelfolder import ModelFolder
 
-    load_before = os.getloadavg()
+    machine_before = machine()
     folder = ModelFolder.load(args.model)
     task = folder.task
     examples = task.read(args.data, folder.settings.get("options"))
@@ -170,11 +171,8 @@ def main(argv=None):
                 for entry in report["artefacts"]
             ],
         }
-    result["machine"] = {
-        "cpus": os.cpu_count(),
-        "load_average_before": [round(v, 2) for v in load_before],
-        "load_average_after": [round(v, 2) for v in os.getloadavg()],
-    }
+    result["machine"] = machine_before
+    result["load_average_after"] = load_average()
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

@@ -67,11 +67,13 @@ def main(argv=None):
     stream.add_argument("--batches", type=int, default=200, help="batches to generate and time")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    load_before = os.getloadavg()
+    from kbert.export.verify import load_average, machine
+
+    machine_before = machine()
     commands = {"oracle": oracle, "learn": learn_figures, "latency": latency_figures, "stream": stream_figures}
     result = commands[args.command](args)
-    result["load_average"] = {"before": [round(x, 2) for x in load_before],
-                              "after": [round(x, 2) for x in os.getloadavg()]}
+    result["machine"] = machine_before
+    result["load_average_after"] = load_average()
     print(json.dumps(result, indent=2, ensure_ascii=False))
 
 

@@ -18,7 +18,6 @@ them are run:
 import argparse
 import json
 import os
-import platform
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -94,6 +93,8 @@ def attention_products(batch, width, heads, head_size, dtype, repeats):
 
 def main(argv=None):
     args = parse_args(argv)
+    from kbert.export.verify import machine
+
     h, i = args.hidden, args.intermediate
     shapes = {"projection": (h, h), "intermediate": (h, i), "output": (i, h)}
     dense = {name: dense_products(args.tokens, *shape, args.dtype, args.repeats) for name, shape in shapes.items()}
@@ -123,7 +124,7 @@ def main(argv=None):
         "block_ms": round(block * 1e3, 1),
         "last_block_ms": round(last * 1e3, 1),
         "step_matmul_ms": round(step * 1e3, 1),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": machine(),
     }
     print(json.dumps(report, indent=2))
 

@@ -31,7 +31,6 @@ the drift falls on both, and a change of a few percent shows.
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -197,12 +196,6 @@ def settings(args):
     return {key: getattr(args, key) for key in keys}
 
 
-def machine():
-    """The machine the figures came from, for the report."""
-    return {"cpus": os.cpu_count(), "platform": platform.platform(),
-            "load_average": [round(x, 2) for x in os.getloadavg()]}
-
-
 def compiled_model(args, task, encoder, steps):
     """The task's model on `encoder`, compiled as `kbert finetune` does, with
     the switches of `args` (`--no-dropout`, `--xla`, `--keras-adamw`, `--padded`)."""
@@ -235,6 +228,7 @@ def main(argv=None):
     import numpy as np
 
     from kbert.checkpoints.huggingface import init_encoder
+    from kbert.export.verify import machine
     from kbert.tasks import get_task, training_bucket_width
     from kbert.text import WordPieceTokenizer
 

@@ -372,6 +372,7 @@ def _export(folder, staging, scratch, name, plan, examples, calibration_set, thr
         "examples": len(examples),
         "threads": threads,
         "latency_runs": latency_runs,
+        "machine": verify.machine(),
         "keras": keras_figures,
         "artefacts": entries,
         "onnx_fusions": onnx_fusions,

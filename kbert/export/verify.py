@@ -6,12 +6,46 @@ artefacts and writes `report.json` and `report.md`.
 """
 
 import json
+import os
+import platform
 import statistics
 import time
 
 from kbert.export.options import DEFAULT_LATENCY_RUNS
 
 WARMUP_RUNS = 5
+
+
+def load_average():
+    """The 1, 5 and 15 minute load averages, or None where the system keeps none."""
+    try:
+        return [round(value, 2) for value in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def machine():
+    """The machine timings are taken on, for a report: CPU, cores, system, Python, load now."""
+    return {
+        "cpu": _cpu_model(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "load_average": load_average(),
+    }
+
+
+def _cpu_model():
+    # platform.processor() names only the architecture on Linux.
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def measure_latency(call, runs=DEFAULT_LATENCY_RUNS, warmup=WARMUP_RUNS):
@@ -133,7 +167,9 @@ def markdown_report(report):
         "",
         f"Verified on {report['examples']} examples of `{report['data']}` at sequence length "
         f"{report['sequence_length']}; latency is batch 1, median of "
-        f"{report['latency_runs']} runs on {report['threads']} threads. Keras model: "
+        f"{report['latency_runs']} runs on {report['threads']} threads"
+        + (f" of {report['machine']['cpu']}" if report.get("machine") else "")
+        + ". Keras model: "
         f"{figures}, {keras_figures['latency']['median_ms']:.2f} ms"
         + _as_trained(keras_figures.get("as_trained"), metric, scale),
         "",
