@@ -179,6 +179,7 @@ def test_metadata_and_overwrite(records):
 def test_make_pretraining_dataset(records):
     folder = os.path.dirname(records[0][0])
     dataset = make_pretraining_dataset(folder, batch_size=4, shuffle=False, repeat=False)
+    assert not dataset.options().autotune.enabled  # see kbert.text.datasets
     features, labels, weights = next(iter(dataset))
     assert {k: tuple(v.shape) for k, v in features.items()} == {
         "token_ids": (4, MAX_SEQ_LENGTH),
@@ -205,6 +206,7 @@ def test_dynamic_masking_draws_new_masks_each_pass(corpus, vocabulary):
     dataset = make_dynamic_masking_dataset(
         lines, vocabulary, batch_size, seq_len, max_predictions=5, shuffle_buffer=0
     )
+    assert not dataset.options().autotune.enabled
     # All lines fit one block, so a pass is its tokens cut into seq_len - 2.
     tokenizer = WordPieceTokenizer(vocabulary, split_special_tokens=True)
     per_pass = tokenizer(tf.constant(lines)).flat_values.shape[0] // (seq_len - 2)

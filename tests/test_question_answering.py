@@ -308,6 +308,10 @@ def test_training_rows_are_streamed_and_counted(cmrc_path):
     ]
     assert sorted(seen) == sorted(expected) and len(list(dataset)) == batches
     assert task.train_figures["train_rows"] == len(expected)
+    # Neither pipeline runs tf.data's autotuning thread (kbert.text.datasets).
+    validation = task.eval_dataset(encoded, 8)
+    assert not dataset.options().autotune.enabled and not validation.options().autotune.enabled
+    assert sum(len(targets["start_logits"]) for _, targets in validation) == len(expected)
 
 
 # === Post-processing and the serving graph ===

@@ -156,7 +156,9 @@ def test_run_in_length_batches_gives_each_rows_own_output():
     widths = [width for _, width in task.batches_by_length(encoded.features, 16)]
     assert widths == sorted(widths) and widths[0] == 32 and widths[-1] == 64
     seen = []
-    for features, targets in task.eval_dataset(encoded, 16):
+    validation = task.eval_dataset(encoded, 16)
+    assert not validation.options().autotune.enabled
+    for features, targets in validation:
         used = features["padding_mask"].numpy().sum(axis=1)
         assert features["token_ids"].shape[1] in widths and used.max() > features["token_ids"].shape[1] - 32
         rows = [int(t) for t in targets.numpy().reshape(-1)]
@@ -187,6 +189,9 @@ def test_training_batches_are_padded_to_their_bucket(width):
     examples = [dict(e, target=float(row)) for row, e in enumerate(pairs)]  # names its row
     lengths = task.encode(examples).features["padding_mask"].sum(axis=1)
     dataset, batches = task.train_dataset(examples, 16, seed=3, epochs=2, bucket_width=width)
+    # Without tf.data's autotuning thread, which can stall `fit` as it frees
+    # the iterator (kbert.text.datasets).
+    assert not dataset.options().autotune.enabled
     epochs, spreads = [[], []], []
     for index, (features, targets) in enumerate(dataset):
         padded = features["token_ids"].shape[1]

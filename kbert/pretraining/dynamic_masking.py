@@ -17,6 +17,7 @@ import os
 from kbert.pretraining.corpus import line_dataset
 from kbert.pretraining.instances import DEFAULT_MASKED_LM_PROB, MASK_TOKEN_RATE
 from kbert.pretraining.pretrainer import MASKED_LM, NEXT_SENTENCE
+from kbert.text.datasets import without_autotune
 
 # 80% [MASK], 10% random id, 10% unchanged, as in the BERT paper.
 RANDOM_TOKEN_RATE = 0.1
@@ -159,7 +160,9 @@ def make_dynamic_masking_dataset(
         }
         return features, labels, weights
 
-    return dataset.map(mask, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    return without_autotune(
+        dataset.map(mask, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    )
 
 
 def group_words(ids, continuation):

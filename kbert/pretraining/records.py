@@ -22,6 +22,7 @@ from kbert.pretraining.instances import (
     create_training_instances,
 )
 from kbert.pretraining.pretrainer import MASKED_LM, NEXT_SENTENCE
+from kbert.text.datasets import without_autotune
 
 # Shards are a property of the data, not of the machine, so that a seed gives
 # the same files everywhere; the process pool only decides how fast.
@@ -423,4 +424,6 @@ def make_pretraining_dataset(
         }
         return features, labels, weights
 
-    return dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    return without_autotune(
+        dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    )

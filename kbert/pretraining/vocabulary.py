@@ -53,6 +53,7 @@ def learn_vocabulary(corpus_or_lines, size, lowercase=True, min_count=MIN_COUNT,
     )
 
     from kbert.text import SPECIAL_TOKENS, WordPieceTokenizer
+    from kbert.text.datasets import without_autotune
 
     if not isinstance(size, int) or size <= len(SPECIAL_TOKENS):
         raise ValueError(
@@ -64,7 +65,7 @@ def learn_vocabulary(corpus_or_lines, size, lowercase=True, min_count=MIN_COUNT,
     # A tokenizer over the special tokens alone, for its normalisation.
     normalizer = WordPieceTokenizer(list(SPECIAL_TOKENS), lowercase=lowercase)
     texts = line_dataset(corpus_or_lines).batch(_BATCH_SIZE)
-    texts = texts.map(normalizer._normalize, num_parallel_calls=tf.data.AUTOTUNE)
+    texts = without_autotune(texts.map(normalizer._normalize, num_parallel_calls=tf.data.AUTOTUNE))
     learn_params.setdefault("max_unique_chars", MAX_UNIQUE_CHARS)
     vocabulary = bert_vocab_from_dataset(
         texts,

@@ -30,6 +30,7 @@ import numpy as np
 
 from kbert.config import ENCODER_INPUTS
 from kbert.tabular import read_table
+from kbert.text.datasets import without_autotune
 
 # Batches of rows of similar length are padded to a multiple of this many
 # tokens (`Task.batches_by_length`, and training under XLA or JAX): few
@@ -311,7 +312,7 @@ class Task:
         )
         # A known count: Keras warns of data running out on a dataset of unknown size.
         ds = ds.apply(tf.data.experimental.assert_cardinality(len(batches)))
-        return ds.prefetch(tf.data.AUTOTUNE)
+        return without_autotune(ds.prefetch(tf.data.AUTOTUNE))
 
     # === Model ===
 
@@ -619,7 +620,7 @@ def epoch_batches(
     for index in range(first_epoch + 1, epochs):
         ds = ds.concatenate(batched(index))
     ds = ds.apply(tf.data.experimental.assert_cardinality(batches * (epochs - first_epoch)))
-    return ds.prefetch(tf.data.AUTOTUNE), batches
+    return without_autotune(ds.prefetch(tf.data.AUTOTUNE)), batches
 
 
 def check_finite(outputs):

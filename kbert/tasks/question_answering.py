@@ -43,6 +43,7 @@ from kbert.tasks.base import (
     Task,
     epoch_batches,
 )
+from kbert.text.datasets import without_autotune
 
 OPTIONS = (
     Option("doc_stride", "pieces between the starts of a long context's windows", squad.DOC_STRIDE),
@@ -329,7 +330,9 @@ class QuestionAnswering(Task):
         questions = encoded.extra["questions"]
         keep = np.array([not questions[q].skipped for q in encoded.example_of_row], bool)
         rows = ({k: v[keep] for k, v in encoded.features.items()}, {k: v[keep] for k, v in encoded.targets.items()})
-        return tf.data.Dataset.from_tensor_slices(rows).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+        return without_autotune(
+            tf.data.Dataset.from_tensor_slices(rows).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+        )
 
     # === Model ===
 
