@@ -470,6 +470,33 @@ def test_benchmark_max_steps_runs_keras_hubs_input_pipeline_only(capsys):
     assert "--max-steps: runs keras-hub's input pipeline only" in capsys.readouterr().err
 
 
+def test_benchmark_fit_phases_split_a_finetunes_fit(tmp_path):
+    """`finetune(callbacks=...)` gives `fit` the caller's callbacks too: the
+    benchmark's `FitPhases` sees both epochs' steps and validations, and its
+    phases add up to the fit's wall-clock."""
+    from kbert.training.finetune import finetune
+    from tests.task_harness import load_tool, minilm_vocabulary
+
+    tool = load_tool("benchmark_finetune")
+    files = {"vocab.txt": "".join(token + "\n" for token in minilm_vocabulary())}
+    for split, rows in (("train", 49), ("dev", 17)):
+        with open(os.path.join(REPO, "data", "debian-packages", f"{split}.csv"), encoding="utf-8") as f:
+            files[f"{split}.csv"] = "".join(f.readlines()[:rows])
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    phases = tool.fit_phases_callback()
+    metrics = finetune(
+        str(tmp_path / "train.csv"), str(tmp_path / "dev.csv"), "bert_tiny", str(tmp_path / "model"),
+        vocab=str(tmp_path / "vocab.txt"), sequence_length=32, batch_size=8, epochs=2,
+        verbose=0, callbacks=[phases], log=lambda line: None,
+    )
+    split = phases.phases(metrics["train_seconds"])
+    assert len(phases.steps) % 2 == 0 and len(phases.steps) >= 2 * 48 // 8
+    assert split["first_step"] > 0 and split["other_steps"] > 0 and split["validation"] > 0
+    assert split["rest"] >= -0.2  # each figure rounded to 0.1 s
+    assert abs(sum(split.values()) - metrics["train_seconds"]) <= 0.2
+
+
 @pytest.mark.parametrize("value, expected", [("0", 0), ("16", 16), ("-3", None), ("x", None)])
 def test_profile_bucket_width_takes_0_for_random_batches(value, expected, capsys):
     """`tools/profile_finetune.py --bucket-width`: 0 (random batches) or a positive

@@ -21,7 +21,7 @@ regression). Prints one JSON object; `--out FILE` writes it too.
         --impls kbert,kbert:head=cross --seeds 0,1,2
 
 Each run also reports `train_loss`, the mean training loss of its last
-epoch. `--max-steps N` fits keras-hub's classifier and kbert's fed by
+epoch, and `fit_phases`: where `fit`'s wall-clock went (`FitPhases`). `--max-steps N` fits keras-hub's classifier and kbert's fed by
 keras-hub's input pipeline (`kbert-model-hub-input`) on the same first N
 batches of the recipe's schedule, dropout on, without validation: whether
 the two models learn alike, with one seed's batches in one order for both:
@@ -147,11 +147,50 @@ def impl_settings(impl):
     return options, recipe
 
 
+def fit_phases_callback():
+    """A `FitPhases` callback (Keras is imported late, after the backend is chosen)."""
+    import keras
+
+    class FitPhases(keras.callbacks.Callback):
+        """Splits `fit`'s wall-clock: the first step (which traces the step
+        function), the other steps, validation, and the rest (`phases(fit_seconds)`):
+        callbacks, checkpoints, and any wait between steps, before the
+        validation or as `fit` frees its input iterators."""
+
+        def __init__(self):
+            super().__init__()
+            self.steps, self.validation = [], 0.0
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self._step = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.steps.append(time.perf_counter() - self._step)
+
+        def on_test_begin(self, logs=None):
+            self._test = time.perf_counter()
+
+        def on_test_end(self, logs=None):
+            self.validation += time.perf_counter() - self._test
+
+        def phases(self, fit_seconds):
+            steps = sum(self.steps[1:])
+            first = self.steps[0] if self.steps else 0.0
+            return {
+                "first_step": round(first, 1), "other_steps": round(steps, 1),
+                "validation": round(self.validation, 1),
+                "rest": round(fit_seconds - first - steps - self.validation, 1),
+            }
+
+    return FitPhases()
+
+
 def run_kbert(args, seed, work, impl="kbert"):
     from kbert.tasks import get_task
     from kbert.training.finetune import finetune
 
     options, recipe = args.settings[impl]
+    phases = fit_phases_callback()
     recipe = {
         "layer_decay": args.layer_decay, "ema_momentum": args.ema,
         "attention_dropout": args.attention_dropout, **recipe,
@@ -161,11 +200,13 @@ def run_kbert(args, seed, work, impl="kbert"):
         task=args.task, options=options,
         sequence_length=args.seq_len, batch_size=args.batch_size, epochs=args.epochs,
         learning_rate=args.lr, warmup_fraction=args.warmup, weight_decay=args.weight_decay,
-        reinit_pooler=args.reinit_pooler, dtype=args.dtype, seed=seed, verbose=0, log=log, **recipe,
+        reinit_pooler=args.reinit_pooler, dtype=args.dtype, seed=seed, verbose=0, log=log,
+        callbacks=[phases], **recipe,
     )
     return {
         **get_task(args.task).summary(metrics), "fit_seconds": metrics["train_seconds"],
         "train_loss": round(metrics["history"]["loss"][-1], 4),
+        "fit_phases": phases.phases(metrics["train_seconds"]),
     }
 
 
@@ -234,11 +275,14 @@ def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
     )
+    phases = fit_phases_callback()
     start = time.perf_counter()
     if args.max_steps:
-        history = model.fit(train_ds.take(args.max_steps), epochs=1, verbose=0)
+        history = model.fit(train_ds.take(args.max_steps), epochs=1, verbose=0, callbacks=[phases])
     else:
-        history = model.fit(train_ds, validation_data=dev_ds, epochs=args.epochs, verbose=0)
+        history = model.fit(
+            train_ds, validation_data=dev_ds, epochs=args.epochs, verbose=0, callbacks=[phases]
+        )
     seconds = time.perf_counter() - start
     # Elements are 1-tuples: Keras reads an element (a, b) as (inputs, targets).
     logits = model.predict(predict_ds, verbose=0)
@@ -246,6 +290,7 @@ def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
     return {
         **task.summary(metrics), "fit_seconds": round(seconds, 1),
         "train_loss": round(history.history["loss"][-1], 4),
+        "fit_phases": phases.phases(seconds),
     }
 
 
@@ -344,7 +389,8 @@ def main(argv=None):
     summary = {}
     for impl in args.impls:
         runs = [r for r in report["runs"] if r["impl"] == impl]
-        keys = [k for k in runs[0] if k not in ("impl", "seed", "n")]
+        # Figures, not `fit_phases` (each run's own, in `runs`).
+        keys = [k for k in runs[0] if k not in ("impl", "seed", "n") and not isinstance(runs[0][k], dict)]
         summary[impl] = {k: spread([r[k] for r in runs]) for k in keys}
     report["summary"] = summary
     if "keras-hub" in args.impls:

@@ -112,6 +112,7 @@ def finetune(
     overwrite=False,
     deterministic=False,
     verbose="auto",
+    callbacks=(),
     log=None,
 ):
     """Fine-tunes `task` and writes the model folder `out`; returns the dev figures.
@@ -150,6 +151,10 @@ def finetune(
         overwrite: bool. Replace `out` if it is a kbert model folder.
         deterministic: bool. TensorFlow op determinism: the same weights,
             bit for bit, from the same command, also across a resume.
+        verbose: `fit`'s verbosity: "auto" (1 on a terminal, else 2), 0, 1 or 2.
+        callbacks: Keras callbacks, given to `fit` after kbert's own (which
+            stop a diverged run, keep the training curve and checkpoint
+            every epoch).
         log: callable taking a str, for progress lines (default: stderr).
 
     A run checkpoints every epoch into a folder beside `out`
@@ -246,7 +251,7 @@ def finetune(
         )
     figures = fit_epochs(
         model, train_ds, steps_per_epoch, epochs, resume_dir, first_epoch, curve, len(train_examples),
-        strategy=strategy, validation_data=dev_ds, verbose=verbose,
+        strategy=strategy, validation_data=dev_ds, verbose=verbose, callbacks=callbacks,
     )
     metrics = {**dev_figures(task, model, dev_examples, dev_encoded, batch_size), **figures}
     settings = {
@@ -297,7 +302,7 @@ def resume_point(out, run, log):
 
 def fit_epochs(
     model, train_ds, steps_per_epoch, epochs, resume_dir, first_epoch, curve, examples,
-    strategy=None, validation_data=None, verbose="auto",
+    strategy=None, validation_data=None, verbose="auto", callbacks=(),
 ):
     """`model.fit` from epoch `first_epoch`, checkpointing every epoch in `resume_dir`.
 
@@ -313,6 +318,7 @@ def fit_epochs(
         strategy: the `tf.distribute.Strategy` training runs under, or None.
         validation_data: passed to `fit`.
         verbose: "auto" (1 on a terminal, else 2), 0, 1 or 2.
+        callbacks: more Keras callbacks, after kbert's own.
 
     Returns:
         dict for metrics.json: `train_examples`, `epochs`, `train_seconds`,
@@ -334,7 +340,7 @@ def fit_epochs(
             validation_data=validation_data,
             epochs=epochs,
             steps_per_epoch=steps_per_epoch,
-            callbacks=[_StopOnNonFiniteLoss(resume_dir), step_logger, backup],
+            callbacks=[_StopOnNonFiniteLoss(resume_dir), step_logger, backup, *callbacks],
             shuffle=False,  # the dataset shuffles itself
             verbose=verbose,
         )
