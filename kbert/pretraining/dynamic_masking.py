@@ -17,7 +17,6 @@ import os
 from kbert.pretraining.corpus import line_dataset
 from kbert.pretraining.instances import DEFAULT_MASKED_LM_PROB, MASK_TOKEN_RATE
 from kbert.pretraining.pretrainer import MASKED_LM, NEXT_SENTENCE
-from kbert.text.datasets import without_autotune
 
 # 80% [MASK], 10% random id, 10% unchanged, as in the BERT paper.
 RANDOM_TOKEN_RATE = 0.1
@@ -82,6 +81,7 @@ def make_dynamic_masking_dataset(
     import tensorflow_text as tf_text
 
     from kbert.text import WordPieceTokenizer, load_vocab
+    from kbert.text.datasets import without_autotune
 
     if isinstance(vocabulary, (str, os.PathLike)):
         vocabulary = load_vocab(vocabulary)

@@ -22,7 +22,6 @@ from kbert.pretraining.instances import (
     create_training_instances,
 )
 from kbert.pretraining.pretrainer import MASKED_LM, NEXT_SENTENCE
-from kbert.text.datasets import without_autotune
 
 # Shards are a property of the data, not of the machine, so that a seed gives
 # the same files everywhere; the process pool only decides how fast.
@@ -370,6 +369,8 @@ def make_pretraining_dataset(
     >>> model.fit(dataset, steps_per_epoch=1000)  # doctest: +SKIP
     """
     import tensorflow as tf
+
+    from kbert.text.datasets import without_autotune
 
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size={batch_size!r} must be a positive integer")

@@ -30,7 +30,6 @@ import numpy as np
 
 from kbert.config import ENCODER_INPUTS
 from kbert.tabular import read_table
-from kbert.text.datasets import without_autotune
 
 # Batches of rows of similar length are padded to a multiple of this many
 # tokens (`Task.batches_by_length`, and training under XLA or JAX): few
@@ -291,6 +290,8 @@ class Task:
         over batches (`fit`'s validation), not in the rows' order.
         """
         import tensorflow as tf
+
+        from kbert.text.datasets import without_autotune
 
         batches = list(self.batches_by_length(encoded.features, batch_size))
 
@@ -595,6 +596,8 @@ def epoch_batches(
     batches whatever the order.
     """
     import tensorflow as tf
+
+    from kbert.text.datasets import without_autotune
 
     padding_values = ({name: 0 for name in ENCODER_INPUTS}, target_padding)
     if bucket_width is None:

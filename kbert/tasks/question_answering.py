@@ -43,7 +43,6 @@ from kbert.tasks.base import (
     Task,
     epoch_batches,
 )
-from kbert.text.datasets import without_autotune
 
 OPTIONS = (
     Option("doc_stride", "pieces between the starts of a long context's windows", squad.DOC_STRIDE),
@@ -326,6 +325,8 @@ class QuestionAnswering(Task):
     def eval_dataset(self, encoded, batch_size):
         """The rows with a target (not those of skipped questions), in order."""
         import tensorflow as tf
+
+        from kbert.text.datasets import without_autotune
 
         questions = encoded.extra["questions"]
         keep = np.array([not questions[q].skipped for q in encoded.example_of_row], bool)
