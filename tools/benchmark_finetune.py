@@ -21,7 +21,8 @@ regression). Prints one JSON object; `--out FILE` writes it too.
         --impls kbert,kbert:head=cross --seeds 0,1,2
 
 Each run also reports `train_loss`, the mean training loss of its last
-epoch, and `fit_phases`: where `fit`'s wall-clock went (`FitPhases`). `--max-steps N` fits keras-hub's classifier and kbert's fed by
+epoch, and `fit_phases`: where `fit`'s wall-clock went (`FitPhases`).
+`--max-steps N` fits keras-hub's classifier and kbert's fed by
 keras-hub's input pipeline (`kbert-model-hub-input`) on the same first N
 batches of the recipe's schedule, dropout on, without validation: whether
 the two models learn alike, with one seed's batches in one order for both:
