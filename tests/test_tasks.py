@@ -491,6 +491,9 @@ def test_benchmark_fit_phases_split_a_finetunes_fit(tmp_path):
         verbose=0, callbacks=[phases], log=lambda line: None,
     )
     split = phases.phases(metrics["train_seconds"])
+    with pytest.raises(ValueError, match="callbacks holds 'csv'; expected keras.callbacks.Callback"):
+        finetune("missing.csv", "missing.csv", "bert_tiny", str(tmp_path / "other"), callbacks=["csv"])
+    assert not (tmp_path / "other").exists()
     assert len(phases.steps) % 2 == 0 and len(phases.steps) >= 2 * 48 // 8
     assert split["first_step"] > 0 and split["other_steps"] > 0 and split["validation"] > 0
     assert split["rest"] >= -0.2  # each figure rounded to 0.1 s

@@ -171,6 +171,7 @@ def finetune(
     """
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     check_training_numbers(batch_size, epochs, learning_rate)
+    check_callbacks(callbacks)
     if isinstance(strategy, str) and strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
     check_output_folder(out, "model", is_model_folder, overwrite)
@@ -276,6 +277,14 @@ def check_training_numbers(batch_size, epochs, learning_rate):
             raise ValueError(f"{name}={value!r}; expected a positive integer")
     if not (isinstance(learning_rate, (int, float)) and 0 < learning_rate <= 1):
         raise ValueError(f"learning_rate={learning_rate!r}; expected a number in (0, 1]")
+
+
+def check_callbacks(callbacks):
+    """Raises `ValueError` naming an item of `callbacks` that is not a Keras callback,
+    before any data is read or folder written."""
+    for callback in callbacks:
+        if not isinstance(callback, keras.callbacks.Callback):
+            raise ValueError(f"callbacks holds {callback!r}; expected keras.callbacks.Callback instances")
 
 
 def set_seeds(seed, deterministic=False):
