@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from kbert.layers import Dropout, LayerNormalization, MultiHeadSelfAttention
-from kbert.layers.dropout import keep_mask
+from kbert.layers import LayerNormalization, MultiHeadSelfAttention
 
 HIDDEN, HEADS = 16, 4
 
@@ -35,8 +34,7 @@ def reference_attention(layer, inputs, padding_mask, keep=None, rate=0.0):
     probs = np.exp(scores - scores.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     if keep is not None:
-        # The rate the 8-bit draws give: 0.3 drops 77 in 256.
-        probs = np.where(keep, probs / (1 - round(rate * 256) / 256), 0.0)
+        probs = np.where(keep, probs / (1 - rate), 0.0)
     context = (probs @ value).transpose(0, 2, 1, 3).reshape(x.shape[0], x.shape[1], HIDDEN)
     return project(layer.output_dense, context)
 
@@ -57,7 +55,7 @@ def test_attention_while_training_is_berts_with_its_dropout_mask(rate):
     keep = None
     if rate:
         seeds.state.assign(state)  # the same draws again
-        keep = np.asarray(keep_mask((3, HEADS, 9, 9), rate, seeds))
+        keep = np.asarray(keras.random.uniform((3, HEADS, 9, 9), seed=seeds)) >= rate
         assert 0.5 < keep.mean() < 0.9
     expected = reference_attention(layer, inputs, padding_mask, keep, rate)
     np.testing.assert_allclose(outputs, expected, atol=1e-5)
@@ -72,49 +70,6 @@ def test_attention_dropout_follows_its_seed_and_moves_on():
     assert np.abs(first - second).max() > 1e-3
     inference = np.asarray(layer(inputs, padding_mask=padding_mask, training=False))
     np.testing.assert_allclose(inference, reference_attention(layer, inputs, padding_mask), atol=1e-5)
-
-
-@pytest.mark.parametrize("rate", [0.1, 0.5])
-def test_keep_mask_drops_its_rate_with_independent_bytes(rate):
-    """Each 32-bit draw gives four 8-bit ones: over a number of elements that
-    four does not divide, the mask drops `rate` rounded to 256ths of them,
-    and any two bytes of one draw are dropped together as often as
-    independent draws are (the rate squared)."""
-    keep = np.asarray(keep_mask((999, 1001), rate, keras.random.SeedGenerator(5)))
-    assert keep.shape == (999, 1001) and keep.dtype == bool
-    drawn = round(rate * 256) / 256
-    dropped = ~keep.reshape(-1)
-    words = dropped[: dropped.size // 4 * 4].reshape(-1, 4)
-    # Standard errors at rate 0.5: 5e-4 over 1e6 draws, 9e-4 over 2.5e5 pairs.
-    assert abs(dropped.mean() - drawn) < 3e-3
-    for other in (1, 2, 3):
-        assert abs((words[:, 0] & words[:, other]).mean() - drawn**2) < 4e-3
-    assert keep_mask((4, 6), 0.0, keras.random.SeedGenerator(5)).numpy().all()
-    with pytest.raises(ValueError, match="rate=1.5 is not between 0 and 1"):
-        keep_mask((4, 6), 1.5, keras.random.SeedGenerator(5))
-
-
-def test_dropout_layer_drops_and_scales_under_unknown_shapes():
-    """kbert's Dropout keeps Keras's layer (config, inference, noise_shape) and,
-    traced with unknown dimensions, zeroes elements or scales them by 256 /
-    (256 - 26), the kept fraction's inverse at rate 0.1."""
-    import tensorflow as tf
-
-    layer = Dropout(0.1, seed=7)
-    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
-    assert type(restored) is Dropout and restored.get_config() == layer.get_config()
-    inputs = np.random.default_rng(6).uniform(1, 2, size=(40, 7, 33)).astype("float32")
-    np.testing.assert_array_equal(layer(inputs, training=False), inputs)
-    call = tf.function(
-        lambda x: layer(x, training=True), input_signature=[tf.TensorSpec((None, None, 33), tf.float32)]
-    )
-    outputs = np.asarray(call(inputs))
-    kept = outputs != 0
-    assert abs(1 - kept.mean() - 0.1) < 0.02
-    np.testing.assert_allclose(outputs[kept], inputs[kept] * 256 / (256 - 26), rtol=1e-6)
-    assert np.abs(outputs - np.asarray(call(inputs))).max() > 0  # the seed moves on
-    grouped = np.asarray(Dropout(0.5, noise_shape=(40, 1, 33))(inputs, training=True))
-    np.testing.assert_array_equal(grouped == 0, np.broadcast_to(grouped[:, :1] == 0, grouped.shape))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])

@@ -1,7 +1,6 @@
 """Keras layers of BERT. Backend-agnostic: `keras.ops` only."""
 
 from kbert.layers.attention import MultiHeadSelfAttention
-from kbert.layers.dropout import Dropout
 from kbert.layers.embeddings import PositionEmbedding
 from kbert.layers.encoder_block import TransformerEncoderBlock
 from kbert.layers.normalization import L2Normalization, LayerNormalization
@@ -11,7 +10,6 @@ from kbert.layers.segments import CosineScore, PairSegments
 
 __all__ = [
     "CosineScore",
-    "Dropout",
     "FirstTokenPooling",
     "L2Normalization",
     "LayerNormalization",

@@ -3,7 +3,7 @@
 
 import keras
 
-from kbert.layers import CosineScore, Dropout, L2Normalization, MaskedMeanPooling, PairSegments
+from kbert.layers import CosineScore, L2Normalization, MaskedMeanPooling, PairSegments
 from kbert.models.encoder import as_encoder, encoder_inputs, rewire_encoder
 
 # Dropout before the classification head, as in the BERT paper's fine-tuning.
@@ -107,7 +107,7 @@ def _pooled_head(encoder_or_config, units, output_name, dropout, dtype, name):
 
 def _linear_output(pooled, units, output_name, dropout, dtype):
     """Dropout, then a Dense of `units` on the pooled [CLS] vector, BERT's fine-tuning head."""
-    pooled = Dropout(dropout, dtype=dtype, name="classifier_dropout")(pooled)
+    pooled = keras.layers.Dropout(dropout, dtype=dtype, name="classifier_dropout")(pooled)
     # The head stays float32 so outputs and loss are float32 under mixed precision.
     return keras.layers.Dense(
         units,

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from kbert.config import ENCODER_INPUTS, BertConfig
-from kbert.layers import Dropout, LayerNormalization, PositionEmbedding, TransformerEncoderBlock
+from kbert.layers import LayerNormalization, PositionEmbedding, TransformerEncoderBlock
 EMBEDDING_LAYERS = (
     "token_embedding",
     "position_embedding",
@@ -52,7 +52,7 @@ def _encoder_layers(config, dtype):
         "embeddings_layer_norm": LayerNormalization(
             epsilon=config.layer_norm_epsilon, dtype="float32", name="embeddings_layer_norm"
         ),
-        "embeddings_dropout": Dropout(
+        "embeddings_dropout": keras.layers.Dropout(
             config.hidden_dropout, dtype=dtype, name="embeddings_dropout"
         ),
         "pooler": keras.layers.Dense(

@@ -274,7 +274,6 @@ class TokenClassification(Task):
     def build_model(self, encoder_or_config, dtype=None):
         import keras
 
-        from kbert.layers import Dropout
         from kbert.models.classifier import DEFAULT_HEAD_DROPOUT
         from kbert.models.encoder import as_encoder, encoder_inputs
 
@@ -284,7 +283,7 @@ class TokenClassification(Task):
         encoder.get_layer("pooler").trainable = False
         inputs = encoder_inputs()
         sequence = encoder(inputs)["sequence_output"]
-        sequence = Dropout(DEFAULT_HEAD_DROPOUT, dtype=dtype, name="tagger_dropout")(sequence)
+        sequence = keras.layers.Dropout(DEFAULT_HEAD_DROPOUT, dtype=dtype, name="tagger_dropout")(sequence)
         # Float32, so that logits and loss are float32 under mixed precision.
         logits = keras.layers.Dense(
             len(self.tags),
