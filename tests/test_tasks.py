@@ -493,6 +493,8 @@ def test_benchmark_fit_phases_split_a_finetunes_fit(tmp_path):
     split = phases.phases(metrics["train_seconds"])
     with pytest.raises(ValueError, match="callbacks holds 'csv'; expected keras.callbacks.Callback"):
         finetune("missing.csv", "missing.csv", "bert_tiny", str(tmp_path / "other"), callbacks=["csv"])
+    with pytest.raises(ValueError, match=r"callbacks=<.*>; expected a list of keras.callbacks.Callback"):
+        finetune("missing.csv", "missing.csv", "bert_tiny", str(tmp_path / "other"), callbacks=phases)
     assert not (tmp_path / "other").exists()
     assert len(phases.steps) % 2 == 0 and len(phases.steps) >= 2 * 48 // 8
     assert split["first_step"] > 0 and split["other_steps"] > 0 and split["validation"] > 0

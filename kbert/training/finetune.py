@@ -152,7 +152,7 @@ def finetune(
         deterministic: bool. TensorFlow op determinism: the same weights,
             bit for bit, from the same command, also across a resume.
         verbose: `fit`'s verbosity: "auto" (1 on a terminal, else 2), 0, 1 or 2.
-        callbacks: Keras callbacks, given to `fit` after kbert's own (which
+        callbacks: list of Keras callbacks, given to `fit` after kbert's own (which
             stop a diverged run, keep the training curve and checkpoint
             every epoch).
         log: callable taking a str, for progress lines (default: stderr).
@@ -280,8 +280,10 @@ def check_training_numbers(batch_size, epochs, learning_rate):
 
 
 def check_callbacks(callbacks):
-    """Raises `ValueError` naming an item of `callbacks` that is not a Keras callback,
-    before any data is read or folder written."""
+    """Raises `ValueError` naming `callbacks` if it is not a list or tuple, or an
+    item of it that is not a Keras callback, before any data is read or folder written."""
+    if not isinstance(callbacks, (list, tuple)):
+        raise ValueError(f"callbacks={callbacks!r}; expected a list of keras.callbacks.Callback instances")
     for callback in callbacks:
         if not isinstance(callback, keras.callbacks.Callback):
             raise ValueError(f"callbacks holds {callback!r}; expected keras.callbacks.Callback instances")
