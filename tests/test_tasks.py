@@ -500,6 +500,7 @@ def test_benchmark_fit_phases_split_a_finetunes_fit(tmp_path):
     assert split["first_step"] > 0 and split["other_steps"] > 0 and split["validation"] > 0
     assert split["rest"] >= -0.2  # each figure rounded to 0.1 s
     assert abs(sum(split.values()) - metrics["train_seconds"]) <= 0.2
+    assert abs(phases.mean_step() * (len(phases.steps) - 1) - split["other_steps"]) <= 0.1
 
 
 @pytest.mark.parametrize("value, expected", [("0", 0), ("16", 16), ("-3", None), ("x", None)])

@@ -21,7 +21,10 @@ regression). Prints one JSON object; `--out FILE` writes it too.
         --impls kbert,kbert:head=cross --seeds 0,1,2
 
 Each run also reports `train_loss`, the mean training loss of its last
-epoch, and `fit_phases`: where `fit`'s wall-clock went (`FitPhases`).
+epoch, `mean_step_seconds`, its mean step after the first, and
+`fit_phases`: where `fit`'s wall-clock went (`FitPhases`). With keras-hub
+in the run, the report gives kbert's mean `fit` and mean step as fractions
+of keras-hub's.
 `--max-steps N` fits keras-hub's classifier and kbert's fed by
 keras-hub's input pipeline (`kbert-model-hub-input`) on the same first N
 batches of the recipe's schedule, dropout on, without validation: whether
@@ -174,6 +177,11 @@ def fit_phases_callback():
         def on_test_end(self, logs=None):
             self.validation += time.perf_counter() - self._test
 
+        def mean_step(self):
+            """Seconds of a step after the first: what the two libraries' steps compare by."""
+            others = self.steps[1:]
+            return round(sum(others) / len(others), 4) if others else None
+
         def phases(self, fit_seconds):
             steps = sum(self.steps[1:])
             first = self.steps[0] if self.steps else 0.0
@@ -207,6 +215,7 @@ def run_kbert(args, seed, work, impl="kbert"):
     return {
         **get_task(args.task).summary(metrics), "fit_seconds": metrics["train_seconds"],
         "train_loss": round(metrics["history"]["loss"][-1], 4),
+        "mean_step_seconds": phases.mean_step(),
         "fit_phases": phases.phases(metrics["train_seconds"]),
     }
 
@@ -291,6 +300,7 @@ def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
     return {
         **task.summary(metrics), "fit_seconds": round(seconds, 1),
         "train_loss": round(history.history["loss"][-1], 4),
+        "mean_step_seconds": phases.mean_step(),
         "fit_phases": phases.phases(seconds),
     }
 
@@ -391,16 +401,23 @@ def main(argv=None):
     for impl in args.impls:
         runs = [r for r in report["runs"] if r["impl"] == impl]
         # Figures, not `fit_phases` (each run's own, in `runs`).
-        keys = [k for k in runs[0] if k not in ("impl", "seed", "n") and not isinstance(runs[0][k], dict)]
+        keys = [
+            k for k in runs[0]
+            if k not in ("impl", "seed", "n") and all(isinstance(r[k], (int, float)) for r in runs)
+        ]
         summary[impl] = {k: spread([r[k] for r in runs]) for k in keys}
     report["summary"] = summary
     if "keras-hub" in args.impls:
-        # Mean fit of each kbert variant over keras-hub's, seed for seed the same runs.
-        hub = summary["keras-hub"]["fit_seconds"]["mean"]
-        report["fit_seconds_ratio_to_keras_hub"] = {
-            impl: round(summary[impl]["fit_seconds"]["mean"] / hub, 3)
-            for impl in args.impls if impl.split(":")[0] == "kbert"
-        }
+        # Mean fit, and mean step after the first, of each kbert variant over
+        # keras-hub's, seed for seed the same runs.
+        for key in ("fit_seconds", "mean_step_seconds"):
+            if key not in summary["keras-hub"]:
+                continue  # a fit of one step has no step after the first
+            hub = summary["keras-hub"][key]["mean"]
+            report[f"{key}_ratio_to_keras_hub"] = {
+                impl: round(summary[impl][key]["mean"] / hub, 3)
+                for impl in args.impls if impl.split(":")[0] == "kbert"
+            }
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:
