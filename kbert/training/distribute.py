@@ -273,7 +273,10 @@ def build_optimizer(model):
     a `tf.function` that creates variables is traced twice: once creating
     them, once more without. Built here, the train step is traced once: on
     the Debian task the first step of `fit` took 7.8 s in place of 15.5 s.
-    A model not built yet (its variables unknown) keeps Keras' own way.
+    A model not built yet (its variables unknown) keeps Keras' own way. The
+    optimizer so holds the variables trainable at compile time: set
+    `trainable` on layers before `compile_for_strategy`, as Keras asks of
+    `compile` too.
     """
     optimizer = model.optimizer
     if optimizer is not None and not optimizer.built and model.built:
