@@ -260,11 +260,11 @@ def compile_for_strategy(model, strategy=None, jit_compile=True, **compile_kwarg
         model._maybe_symbolic_build = _build_from_local_batch(model, strategy)
         model.train_step = _logs_as_vectors(model.train_step)
         model.test_step = _logs_as_vectors(model.test_step)
-    build_optimizer(model)
+    _build_optimizer(model)
     return model
 
 
-def build_optimizer(model):
+def _build_optimizer(model):
     """Creates the optimizer's variables of a built `model` now, before `fit`.
 
     Without a `tf.distribute` strategy of its own, a Keras 3 model defers
