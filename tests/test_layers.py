@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 from keras import ops
 
-from kbert.layers import LayerNormalization, MultiHeadSelfAttention
+from kbert.layers import Dense, LayerNormalization, MultiHeadSelfAttention
+from kbert.layers.encoder_block import exact_gelu
 
 HIDDEN, HEADS = 16, 4
 
@@ -72,14 +73,17 @@ def test_attention_dropout_follows_its_seed_and_moves_on():
     np.testing.assert_allclose(inference, reference_attention(layer, inputs, padding_mask), atol=1e-5)
 
 
+@pytest.mark.parametrize("training", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
-def test_layer_normalization_equals_keras(dtype):
-    """kbert's LayerNormalization computes Keras's function, its gradients included."""
+def test_layer_normalization_equals_keras(dtype, training):
+    """kbert's LayerNormalization computes Keras's function, its gradients
+    included (written out while training, TensorFlow's own otherwise)."""
     import tensorflow as tf
 
     rng = np.random.default_rng(3)
     inputs = (rng.normal(size=(4, 6, HIDDEN)) * 3 + 1).astype("float32")
     weights = [rng.normal(size=HIDDEN).astype("float32") for _ in range(2)]
+    upstream = rng.normal(size=inputs.shape).astype("float32")
     layers = [LayerNormalization(epsilon=1e-12, dtype=dtype), keras.layers.LayerNormalization(epsilon=1e-12, dtype=dtype)]
     results = []
     for layer in layers:
@@ -88,14 +92,58 @@ def test_layer_normalization_equals_keras(dtype):
         x = tf.constant(inputs)
         with tf.GradientTape() as tape:
             tape.watch(x)
-            outputs = layer(x)
-            loss = tf.reduce_sum(tf.cast(outputs, "float32") * np.linspace(-1, 1, HIDDEN, dtype="float32"))
+            outputs = layer(x, training=training)
+            loss = tf.reduce_sum(tf.cast(outputs, "float32") * upstream)
         gradients = tape.gradient(loss, [x, *layer.trainable_variables])
         results.append([np.asarray(ops.cast(outputs, "float32"))] + [np.asarray(g) for g in gradients])
         assert outputs.dtype == layer.compute_dtype
     tolerance = 1e-4 if dtype == "float32" else 2e-2  # bfloat16 outputs: 8 bits of mantissa
     for ours, theirs in zip(*results):
         np.testing.assert_allclose(ours, theirs, atol=tolerance * max(1.0, np.abs(theirs).max()))
+
+
+def test_exact_gelu_equals_keras_gelu_with_its_gradient():
+    """`exact_gelu`'s written-out derivative against TensorFlow's of Keras's exact GELU."""
+    import tensorflow as tf
+
+    x = tf.constant(np.concatenate([np.linspace(-9, 9, 2001), np.random.default_rng(6).normal(size=999)]), "float32")
+    results = []
+    for gelu in (exact_gelu, lambda x: keras.activations.gelu(x, approximate=False)):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            outputs = gelu(x)
+        results.append((np.asarray(outputs), np.asarray(tape.gradient(outputs, x))))
+    (ours, our_slope), (keras_gelu, keras_slope) = results
+    np.testing.assert_allclose(ours, keras_gelu, atol=2e-6, rtol=0)
+    np.testing.assert_allclose(our_slope, keras_slope, atol=2e-6, rtol=0)
+    # GELU'(0) = 1/2; GELU' is least at x = -sqrt(2): erfc(1) / 2 - sqrt(2) exp(-1) / sqrt(2 pi).
+    assert abs(our_slope[1000] - 0.5) < 1e-7 and abs(our_slope.min() + 0.128904) < 1e-5
+
+
+def test_dense_sums_its_bias_gradient_in_float32():
+    """Under mixed_bfloat16 the bias gradient of 4,096 rows is the float64 sum
+    of the upstream gradient, to bfloat16's rounding of the result (TensorFlow's
+    `BiasAddGrad` sums in bfloat16 on CPUs: 10% off and more)."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(7)
+    layer = Dense(8, dtype="mixed_bfloat16")
+    layer.build((None, 4))
+    inputs = tf.constant(rng.normal(size=(4096, 4)), "float32")
+    # Upstream values exact in bfloat16, so the reference sums what the layer sees.
+    upstream = np.asarray(tf.cast(tf.cast(rng.normal(1.0, 1.0, size=(4096, 8)), "bfloat16"), "float64"))
+    with tf.GradientTape() as tape:
+        outputs = layer(inputs, training=True)
+        loss = tf.reduce_sum(tf.cast(outputs, "float32") * upstream.astype("float32"))
+    gradient = np.asarray(tape.gradient(loss, layer.bias))
+    np.testing.assert_allclose(gradient, upstream.sum(0), rtol=2**-8)
+    np.testing.assert_array_equal(np.asarray(outputs), np.asarray(layer(inputs)))
+
+
+def test_dense_config_round_trip():
+    layer = Dense(3, activation="tanh", name="pooler")
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+    assert type(restored) is Dense and restored.get_config() == layer.get_config()
 
 
 def test_layer_normalization_config_round_trip():
@@ -137,6 +185,25 @@ def test_block_trains_over_real_tokens_to_the_same_function(first_token_only):
             assert not np.asarray(outputs)[padding_mask == 0].any()
     for padded, unpadded in zip(*results):
         np.testing.assert_allclose(unpadded, padded, atol=1e-5)
+
+
+def test_block_training_gradients_equal_tensorflows():
+    """Without dropout a training call computes the inference function; its
+    written-out gradients (GELU, LayerNorm, bias sums) equal TensorFlow's
+    gradients of the inference ops."""
+    import tensorflow as tf
+
+    block, inputs, padding_mask = real_token_block()
+    weights = np.random.default_rng(8).normal(size=inputs.shape).astype("float32")
+    results = []
+    for training in (False, True):
+        x = tf.constant(inputs)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(block(x, padding_mask=padding_mask, training=training) * weights)
+        results.append([np.asarray(g) for g in tape.gradient(loss, [x, *block.trainable_variables])])
+    for inference, training in zip(*results):
+        np.testing.assert_allclose(training, inference, atol=1e-5 * max(1.0, np.abs(inference).max()))
 
 
 def test_block_trains_over_real_tokens_with_dropout_and_infers_padded():

@@ -1,6 +1,7 @@
 """Keras layers of BERT. Backend-agnostic: `keras.ops` only."""
 
 from kbert.layers.attention import MultiHeadSelfAttention
+from kbert.layers.dense import Dense
 from kbert.layers.embeddings import PositionEmbedding
 from kbert.layers.encoder_block import TransformerEncoderBlock
 from kbert.layers.normalization import L2Normalization, LayerNormalization
@@ -10,6 +11,7 @@ from kbert.layers.segments import CosineScore, PairSegments
 
 __all__ = [
     "CosineScore",
+    "Dense",
     "FirstTokenPooling",
     "L2Normalization",
     "LayerNormalization",

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from kbert.layers.dense import Dense
 from kbert.layers.initializers import clone_initializer
 
 # The score of a padded key: exp(-1e9 - max) is 0 in float32, as the -inf
@@ -45,7 +46,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         width = num_heads * head_size
 
         def dense(name):
-            return keras.layers.Dense(
+            return Dense(
                 width,
                 kernel_initializer=clone_initializer(self.kernel_initializer),
                 dtype=self.dtype_policy,

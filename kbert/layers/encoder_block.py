@@ -4,9 +4,46 @@ import keras
 from keras import ops
 
 from kbert.layers.attention import MultiHeadSelfAttention
+from kbert.layers.dense import Dense
 from kbert.layers.initializers import clone_initializer
 from kbert.layers.normalization import LayerNormalization
 from kbert.layers.real_tokens import RealTokens
+
+
+# The exact GELU is x * Phi(x), Phi the standard normal CDF, phi its density:
+# Phi(x) = (1 + erf(x / sqrt(2))) / 2 and phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+SQRT_HALF = 0.7071067811865476
+INV_SQRT_2PI = 0.3989422804014327
+
+
+def exact_gelu(x):
+    """`x * Phi(x)`, its derivative `Phi(x) + x * phi(x)` written out.
+
+    The function of `keras.activations.gelu(x, approximate=False)` (through
+    erf, as google-research/bert writes it, where TensorFlow's form uses
+    erfc: they agree to 2e-6). Differentiating that form, TensorFlow makes
+    about ten elementwise passes over the feed-forward activations; this
+    gradient makes five. The blocks use it while training; inference and
+    export keep Keras's GELU.
+
+    Args:
+        x: float tensor, float32 under mixed precision (see
+            `TransformerEncoderBlock`).
+    """
+
+    @ops.custom_gradient
+    def gelu(x):
+        scaled = x * SQRT_HALF
+        cdf = 0.5 + 0.5 * ops.erf(scaled)
+
+        def grad(*args, upstream=None):
+            upstream = args[0] if upstream is None else upstream
+            pdf = ops.exp(-ops.square(scaled)) * INV_SQRT_2PI
+            return upstream * (cdf + x * pdf)
+
+        return x * cdf, grad
+
+    return gelu(x)
 
 
 def get_activation(name):
@@ -73,6 +110,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self._activation_fn = get_activation(activation)
+        self._training_activation_fn = exact_gelu if activation == "gelu" else self._activation_fn
         self.unpadded_training = False
 
     def build(self, inputs_shape):
@@ -95,14 +133,14 @@ class TransformerEncoderBlock(keras.layers.Layer):
             epsilon=self.layer_norm_epsilon, dtype="float32", name="attention_layer_norm"
         )
         self.attention_layer_norm.build(inputs_shape)
-        self.intermediate_dense = keras.layers.Dense(
+        self.intermediate_dense = Dense(
             self.intermediate_size,
             kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,
             name="intermediate_dense",
         )
         self.intermediate_dense.build(inputs_shape)
-        self.output_dense = keras.layers.Dense(
+        self.output_dense = Dense(
             hidden,
             kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,
@@ -147,7 +185,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
         """The block after attention: add & norm, the feed-forward layer, add & norm."""
         x = self._add_and_norm(residual, attended, self.attention_layer_norm, training)
         hidden = ops.cast(self.intermediate_dense(x), "float32")
-        hidden = ops.cast(self._activation_fn(hidden), self.compute_dtype)
+        activation = self._training_activation_fn if training else self._activation_fn
+        hidden = ops.cast(activation(hidden), self.compute_dtype)
         return self._add_and_norm(x, self.output_dense(hidden), self.output_layer_norm, training)
 
     def get_config(self):

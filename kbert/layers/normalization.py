@@ -20,14 +20,23 @@ class LayerNormalization(keras.layers.LayerNormalization):
     each elementwise op is a pass over memory, this form makes a MiniLM
     training step 2% (128 tokens) to 5% (96) faster. Other axes and
     `rms_scaling` take Keras's own path. Same arguments, weights and config.
+
+    Training calls take the same forward with its gradient written out
+    (`_normalize_with_gradient`): with `exact_gelu`'s, a MiniLM step on this
+    project's CPU takes about 6% less time.
     """
 
-    def call(self, inputs):
+    def call(self, inputs, training=None):
         axes = [self.axis] if isinstance(self.axis, int) else list(self.axis)
         rank = len(inputs.shape)
         if [axis % rank for axis in axes] != [rank - 1] or self.rms_scaling:
             return super().call(inputs)
         x = ops.cast(inputs, keras.backend.result_type(inputs.dtype, "float32"))
+        if training and self.scale and self.center:
+            outputs = _normalize_with_gradient(
+                x, ops.cast(self.gamma, x.dtype), ops.cast(self.beta, x.dtype), self.epsilon
+            )
+            return ops.cast(outputs, self.compute_dtype)
         centered = x - ops.mean(x, axis=-1, keepdims=True)
         variance = ops.mean(ops.square(centered), axis=-1, keepdims=True)
         outputs = centered * ops.rsqrt(variance + self.epsilon)
@@ -36,6 +45,39 @@ class LayerNormalization(keras.layers.LayerNormalization):
         if self.center:
             outputs = outputs + ops.cast(self.beta, x.dtype)
         return ops.cast(outputs, self.compute_dtype)
+
+
+def _normalize_with_gradient(x, gamma, beta, epsilon):
+    """The same normalisation over the last axis, with its gradient written out.
+
+    With `n = (x - mean) * r`, `r = rsqrt(variance + epsilon)` and
+    `g = upstream * gamma`: `dx = r * (g - mean(g) - n * mean(g * n))`,
+    `dgamma = sum(upstream * n)`, `dbeta = sum(upstream)` over the rows. Eleven
+    passes over the activations, where TensorFlow's gradient of the forward
+    ops makes more and sums the branches of `x` with an `AddN`.
+    """
+    rows = tuple(range(len(x.shape) - 1))
+
+    @ops.custom_gradient
+    def normalize(x, gamma, beta):
+        centered = x - ops.mean(x, axis=-1, keepdims=True)
+        variance = ops.mean(ops.square(centered), axis=-1, keepdims=True)
+        inverse = ops.rsqrt(variance + epsilon)
+        normalized = centered * inverse
+
+        def grad(*args, upstream=None):
+            upstream = args[0] if upstream is None else upstream
+            scaled = upstream * gamma
+            dx = inverse * (
+                scaled
+                - ops.mean(scaled, axis=-1, keepdims=True)
+                - normalized * ops.mean(scaled * normalized, axis=-1, keepdims=True)
+            )
+            return dx, ops.sum(upstream * normalized, axis=rows), ops.sum(upstream, axis=rows)
+
+        return normalized * gamma + beta, grad
+
+    return normalize(x, gamma, beta)
 
 
 @keras.saving.register_keras_serializable(package="kbert")

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from kbert.config import ENCODER_INPUTS, BertConfig
-from kbert.layers import LayerNormalization, PositionEmbedding, TransformerEncoderBlock
+from kbert.layers import Dense, LayerNormalization, PositionEmbedding, TransformerEncoderBlock
 EMBEDDING_LAYERS = (
     "token_embedding",
     "position_embedding",
@@ -55,7 +55,7 @@ def _encoder_layers(config, dtype):
         "embeddings_dropout": keras.layers.Dropout(
             config.hidden_dropout, dtype=dtype, name="embeddings_dropout"
         ),
-        "pooler": keras.layers.Dense(
+        "pooler": Dense(
             config.hidden_size,
             activation="tanh",
             kernel_initializer=initializer(),

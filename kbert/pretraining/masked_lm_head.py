@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from kbert.layers.dense import Dense
 from kbert.layers.encoder_block import get_activation
 
 
@@ -61,7 +62,7 @@ class MaskedLMHead(keras.layers.Layer):
                 f"hidden size {hidden} differs from the token embedding width "
                 f"{self.token_embedding.output_dim}"
             )
-        self.transform_dense = keras.layers.Dense(
+        self.transform_dense = Dense(
             hidden,
             kernel_initializer=self.kernel_initializer,
             dtype=self.dtype_policy,
