@@ -122,8 +122,8 @@ def test_exact_gelu_equals_keras_gelu_with_its_gradient():
 
 def test_dense_sums_its_bias_gradient_in_float32():
     """Under mixed_bfloat16 the bias gradient of 4,096 rows is the float64 sum
-    of the upstream gradient, to bfloat16's rounding of the result (TensorFlow's
-    `BiasAddGrad` sums in bfloat16 on CPUs: 10% off and more)."""
+    of the upstream gradient, to bfloat16's rounding (TensorFlow's
+    `BiasAddGrad`, which Keras's Dense takes, sums in bfloat16 on CPUs)."""
     import tensorflow as tf
 
     rng = np.random.default_rng(7)
@@ -136,7 +136,9 @@ def test_dense_sums_its_bias_gradient_in_float32():
         outputs = layer(inputs, training=True)
         loss = tf.reduce_sum(tf.cast(outputs, "float32") * upstream.astype("float32"))
     gradient = np.asarray(tape.gradient(loss, layer.bias))
-    np.testing.assert_allclose(gradient, upstream.sum(0), rtol=2**-8)
+    # A few bfloat16 roundings of partial sums (about 2**-8 each); Keras's
+    # Dense is 75% off here.
+    np.testing.assert_allclose(gradient, upstream.sum(0), rtol=2**-7)
     np.testing.assert_array_equal(np.asarray(outputs), np.asarray(layer(inputs)))
 
 
