@@ -37,14 +37,20 @@ class LayerNormalization(keras.layers.LayerNormalization):
                 x, ops.cast(self.gamma, x.dtype), ops.cast(self.beta, x.dtype), self.epsilon
             )
             return ops.cast(outputs, self.compute_dtype)
-        centered = x - ops.mean(x, axis=-1, keepdims=True)
-        variance = ops.mean(ops.square(centered), axis=-1, keepdims=True)
-        outputs = centered * ops.rsqrt(variance + self.epsilon)
+        outputs, _ = _standardize(x, self.epsilon)
         if self.scale:
             outputs = outputs * ops.cast(self.gamma, x.dtype)
         if self.center:
             outputs = outputs + ops.cast(self.beta, x.dtype)
         return ops.cast(outputs, self.compute_dtype)
+
+
+def _standardize(x, epsilon):
+    """`(x - mean) * r` over the last axis, and `r = rsqrt(variance + epsilon)`."""
+    centered = x - ops.mean(x, axis=-1, keepdims=True)
+    variance = ops.mean(ops.square(centered), axis=-1, keepdims=True)
+    inverse = ops.rsqrt(variance + epsilon)
+    return centered * inverse, inverse
 
 
 def _normalize_with_gradient(x, gamma, beta, epsilon):
@@ -60,10 +66,7 @@ def _normalize_with_gradient(x, gamma, beta, epsilon):
 
     @ops.custom_gradient
     def normalize(x, gamma, beta):
-        centered = x - ops.mean(x, axis=-1, keepdims=True)
-        variance = ops.mean(ops.square(centered), axis=-1, keepdims=True)
-        inverse = ops.rsqrt(variance + epsilon)
-        normalized = centered * inverse
+        normalized, inverse = _standardize(x, epsilon)
 
         def grad(*args, upstream=None):
             upstream = args[0] if upstream is None else upstream
