@@ -1,5 +1,6 @@
 """BertPacker and BertPreprocessor: Hugging Face's `longest_first` truncation,
-padding, segment ids, shapes, errors, tf.data, SavedModel and config round trips."""
+`head_tail` truncation, padding, segment ids, shapes, errors, tf.data,
+SavedModel and config round trips."""
 
 import csv
 import pathlib
@@ -92,6 +93,61 @@ def test_every_small_length_pair_matches_hugging_face():
             length = len(encoding.ids)
             assert row[:length].tolist() == encoding.ids, (sequence_length, m, n)
             assert not row[length:].any(), (sequence_length, m, n)
+
+
+# === head_tail: the middle of a long segment goes ===
+
+
+def head_tail(ids, keep):
+    """Sun et al.'s head+tail on a list: its first `keep // 2` ids and its last `keep - keep // 2`."""
+    if len(ids) <= keep:
+        return list(ids)
+    head = keep // 2
+    return list(ids[:head]) + list(ids[len(ids) - (keep - head):])
+
+
+@pytest.mark.parametrize("sequence_length", [2, 3, 5, 64, 128])
+def test_head_tail_keeps_each_texts_first_and_last_halves(tokenizer, sequence_length):
+    """Hugging Face's word pieces of each whole text, cut by the rule above."""
+    texts = debian_texts(NUM_PAIRS) + ["", "   "]
+    reference = tokenizers.Tokenizer.from_file(str(MINILM / "tokenizer.json"))
+    reference.no_truncation()
+    reference.no_padding()
+    ids = []
+    for encoding in reference.encode_batch(texts):
+        cls_id, *pieces, sep_id = encoding.ids
+        row = [cls_id] + head_tail(pieces, sequence_length - 2) + [sep_id]
+        ids.append(row + [0] * (sequence_length - len(row)))
+    ids = np.array(ids)
+    # Long enough to test: most Debian texts are cut at 64 pieces.
+    assert sequence_length < 64 or (ids[:, -1] != 0).sum() > 10
+    expected = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": (ids != 0).astype(int)}
+    preprocessor = BertPreprocessor(tokenizer, sequence_length, truncate="head_tail")
+    assert_outputs_equal(preprocessor(texts), expected)
+
+
+def test_head_tail_pairs_keep_as_many_pieces_of_each_segment_as_longest_first():
+    first_ids, second_ids = range(1000, 1010), range(2000, 2010)
+    lengths = [(m, n) for m in range(10) for n in range(10)]
+    first = tf.ragged.constant([list(first_ids[:m]) for m, _ in lengths])
+    second = tf.ragged.constant([list(second_ids[:n]) for _, n in lengths])
+    for sequence_length in range(3, 15):
+        longest = BertPacker(sequence_length, cls_id=101, sep_id=102)((first, second))
+        ours = BertPacker(sequence_length, cls_id=101, sep_id=102, truncate="head_tail")((first, second))
+        np.testing.assert_array_equal(ours["segment_ids"], longest["segment_ids"])
+        np.testing.assert_array_equal(ours["padding_mask"], longest["padding_mask"])
+        kept_first = (longest["token_ids"].numpy() // 1000 == 1).sum(axis=1)
+        kept_second = (longest["token_ids"].numpy() // 1000 == 2).sum(axis=1)
+        for (m, n), a, b, row in zip(lengths, kept_first, kept_second, ours["token_ids"].numpy()):
+            expected = [101] + head_tail(first_ids[:m], a) + [102] + head_tail(second_ids[:n], b) + [102]
+            assert row[: len(expected)].tolist() == expected, (sequence_length, m, n)
+
+
+def test_an_unknown_truncation_is_refused(tokenizer):
+    with pytest.raises(ValueError, match=r"truncate='middle'; expected one of \['longest_first', 'head_tail'\]"):
+        BertPacker(8, cls_id=1, sep_id=2, truncate="middle")
+    with pytest.raises(ValueError, match="truncate='middle'"):
+        BertPreprocessor(tokenizer, 8, truncate="middle")
 
 
 # === Packing, shapes and errors ===
@@ -205,10 +261,11 @@ def test_config_round_trips(tokenizer):
     assert restored.get_config() == packer.get_config()
     assert packer.get_config()["pad_id"] == 7
 
-    preprocessor = BertPreprocessor(tokenizer, sequence_length=10, name="preprocess")
+    preprocessor = BertPreprocessor(tokenizer, sequence_length=10, truncate="head_tail", name="preprocess")
     restored = keras.layers.deserialize(keras.layers.serialize(preprocessor))
     assert restored.get_config() == preprocessor.get_config()
+    assert restored.packer.truncate == "head_tail"
     assert restored.tokenizer.get_vocabulary() == tokenizer.get_vocabulary()
-    texts = ["Hello world!", "[MASK] Résumé"]
+    texts = ["Hello world!", "[MASK] Résumé", "one two three four five six seven eight nine ten"]
     for name, value in preprocessor(texts).items():
         np.testing.assert_array_equal(restored(texts)[name], value, err_msg=name)

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-_TRUNCATE_STRATEGIES = ("longest_first",)
+TRUNCATE_STRATEGIES = ("longest_first", "head_tail")
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -15,7 +15,11 @@ class BertPacker(keras.layers.Layer):
 
     Truncation follows Hugging Face's `"longest_first"`: one token at a time is
     removed from the end of the longer segment (of the second when both are as
-    long) until the whole fits `sequence_length`.
+    long) until the whole fits `sequence_length`. `"head_tail"` keeps as many
+    tokens of each segment, but cuts them from its middle: a cut segment keeps
+    its first half (rounded down) and its last half (Sun et al., 2019, "How
+    to fine-tune BERT for text classification": long texts end with what
+    their start does not say).
 
     Args:
         sequence_length: int or None. Length of the outputs; None pads each batch
@@ -23,7 +27,8 @@ class BertPacker(keras.layers.Layer):
         cls_id: int. Id of `[CLS]`.
         sep_id: int. Id of `[SEP]`.
         pad_id: int. Id that fills the padding.
-        truncate: str. `"longest_first"`, the only strategy so far.
+        truncate: str. `"longest_first"` (the ends of segments go) or
+            `"head_tail"` (their middles go).
 
     Input: the ids of one segment, or a tuple/list of two segments: each a
     `RaggedTensor` `(batch, None)`, a dense `(batch, length)` tensor (all of
@@ -61,10 +66,7 @@ class BertPacker(keras.layers.Layer):
                 f"sequence_length={sequence_length!r}; expected None or an int >= 2 "
                 "([CLS] and [SEP] take two positions)."
             )
-        if truncate not in _TRUNCATE_STRATEGIES:
-            raise ValueError(
-                f"truncate={truncate!r}; expected one of {list(_TRUNCATE_STRATEGIES)}."
-            )
+        _check_truncate(truncate)
         self.sequence_length = None if sequence_length is None else int(sequence_length)
         self.cls_id = int(cls_id)
         self.sep_id = int(sep_id)
@@ -126,8 +128,13 @@ class BertPacker(keras.layers.Layer):
         start = 1
         for index, (row, length) in enumerate(zip(rows, lengths)):
             end = start + length[:, tf.newaxis]  # where this segment's [SEP] goes
+            offsets = positions - start
+            if self.truncate == "head_tail":
+                # The kept second half is read from the end of the segment.
+                skipped = (row.lengths - length)[:, tf.newaxis]
+                offsets += tf.where(offsets >= length[:, tf.newaxis] // 2, skipped, 0)
             # Clipped so that positions outside the segment read a valid index.
-            offsets = row.starts[:, tf.newaxis] + positions - start
+            offsets = row.starts[:, tf.newaxis] + offsets
             offsets = tf.clip_by_value(offsets, 0, tf.size(row.values))
             values = tf.concat([row.values, [self.pad_id]], axis=0)
             in_segment = (positions >= start) & (positions < end)
@@ -151,6 +158,11 @@ class BertPacker(keras.layers.Layer):
             truncate=self.truncate,
         )
         return config
+
+
+def _check_truncate(truncate):
+    if truncate not in TRUNCATE_STRATEGIES:
+        raise ValueError(f"truncate={truncate!r}; expected one of {list(TRUNCATE_STRATEGIES)}.")
 
 
 def _truncate_longest_first(lengths, budget):
@@ -235,7 +247,7 @@ def _rows(ids):
     )
 
 
-def pack_one(segments, sequence_length, cls_id, sep_id, pad_id=0):
+def pack_one(segments, sequence_length, cls_id, sep_id, pad_id=0, truncate="longest_first"):
     """Packs one example's segments (1-D id tensors) into `(1, sequence_length)` inputs.
 
     The same result as `BertPacker` on a batch of one, made of the few builtin
@@ -246,6 +258,7 @@ def pack_one(segments, sequence_length, cls_id, sep_id, pad_id=0):
         segments: list of one or two int32 1-D tensors of WordPiece ids.
         sequence_length: int. The fixed length.
         cls_id, sep_id, pad_id: int. Special token ids.
+        truncate: str. As for `BertPacker`.
 
     Returns:
         dict of int32 `(1, sequence_length)` tensors: `token_ids`,
@@ -253,11 +266,17 @@ def pack_one(segments, sequence_length, cls_id, sep_id, pad_id=0):
     """
     if len(segments) not in (1, 2):
         raise ValueError(f"pack_one packs one or two segments; got {len(segments)}.")
+    _check_truncate(truncate)
     lengths = [tf.shape(segment)[0] for segment in segments]
     lengths = _truncate_longest_first(lengths, sequence_length - 1 - len(segments))
     token_parts, segment_parts = [[cls_id]], [[0]]
     for index, (segment, length) in enumerate(zip(segments, lengths)):
-        token_parts += [segment[:length], [sep_id]]
+        if truncate == "head_tail":
+            head = length // 2
+            kept = tf.concat([segment[:head], segment[tf.shape(segment)[0] - (length - head):]], axis=0)
+        else:
+            kept = segment[:length]
+        token_parts += [kept, [sep_id]]
         segment_parts += [tf.fill([length + 1], index)]
     token_ids = tf.concat([tf.cast(part, tf.int32) for part in token_parts], axis=0)
     segment_ids = tf.concat([tf.cast(part, tf.int32) for part in segment_parts], axis=0)

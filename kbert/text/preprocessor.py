@@ -16,6 +16,7 @@ class BertPreprocessor(keras.layers.Layer):
         tokenizer: `WordPieceTokenizer`, or its serialized form (a dict from
             `keras.layers.serialize`).
         sequence_length: int or None. Length of the outputs (see `BertPacker`).
+        truncate: str. How a longer input is cut (see `BertPacker`).
 
     Input: a string scalar, a batch of strings (1-D), or a tuple of two such
     (`(strings_a, strings_b)`) for sentence pairs. Output: the dict of
@@ -30,7 +31,7 @@ class BertPreprocessor(keras.layers.Layer):
     [[101, 7592, 2088, 999, 102, 0]]
     """
 
-    def __init__(self, tokenizer, sequence_length=128, **kwargs):
+    def __init__(self, tokenizer, sequence_length=128, truncate="longest_first", **kwargs):
         super().__init__(**kwargs)
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
@@ -48,6 +49,7 @@ class BertPreprocessor(keras.layers.Layer):
             cls_id=tokenizer.cls_id,
             sep_id=tokenizer.sep_id,
             pad_id=tokenizer.pad_id,
+            truncate=truncate,
         )
 
     def __call__(self, inputs, *args, **kwargs):
@@ -72,6 +74,7 @@ class BertPreprocessor(keras.layers.Layer):
         config.update(
             tokenizer=keras.layers.serialize(self.tokenizer),
             sequence_length=self.sequence_length,
+            truncate=self.packer.truncate,
         )
         return config
 
