@@ -32,7 +32,7 @@ STSB = os.path.join(SHARED, "glue-stsb")
 # Settings a task instance is built with in the seam tests; a task added to
 # the registry must add its own here.
 SETTINGS = {
-    "text-classification": {"labels": ["games", "mail", "math"]},
+    "text-classification": {"labels": ["games", "mail", "math"], "truncate": "head_tail"},
     "text-pair-classification": {"labels": ["0", "1"]},
     "text-pair-regression": {"head": "cross-cosine", "score_range": [0.0, 5.0]},
     "token-classification": {"tags": ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"], "scheme": "IOB2"},
@@ -106,6 +106,8 @@ def test_legacy_model_folder_loads_as_a_text_classifier(tmp_path):
     json.dump(labels, open(os.path.join(folder, "labels.json"), "w"))
     loaded = ModelFolder.load(folder)
     assert loaded.task.name == "text-classification" and loaded.task.labels == labels
+    # It was trained on the starts of long texts.
+    assert loaded.task.truncate == "longest_first" and loaded.task.preprocessor.packer.truncate == "longest_first"
     examples = loaded.task.examples_from_texts(["A chess engine.", "An IMAP server."])
     assert loaded.predict(examples).shape == (2, 3)
 
@@ -300,15 +302,46 @@ def test_pair_regression_head_is_chosen_when_training(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "m")
 
 
-def test_tflite_packing_equals_the_packer(mrpc_dev):
+@pytest.mark.parametrize("name", ["text-pair-classification", "text-classification"])
+def test_tflite_packing_equals_the_packer(mrpc_dev, name):
     """The builtin-op packing of the TFLite text variant gives the preprocessor's inputs."""
-    task = task_instance("text-pair-classification", {"labels": ["0", "1"]}, 32)
-    expected = task.encode(mrpc_dev[:20]).features
-    for row, example in enumerate(mrpc_dev[:20]):
+    task = task_instance(name, SETTINGS[name], 32)
+    examples = mrpc_dev[:20]
+    if task.text_inputs == ("text",):  # one text: the pair's two sentences, cut in the middle
+        examples = [{**example, "texts": (" ".join(example["texts"]),)} for example in examples]
+    expected = task.encode(examples, targets=False).features
+    assert (expected["padding_mask"][:, -1] == 1).sum() >= 10
+    for row, example in enumerate(examples):
         ids = [task.tokenizer(tf.constant(text)) for text in example["texts"]]
         packed = task.tflite_text_features(ids)
         for name, value in packed.items():
             np.testing.assert_array_equal(value.numpy()[0], expected[name][row], err_msg=name)
+
+
+def test_text_classifiers_truncation_is_an_option_kept_with_the_model(tmp_path, capsys):
+    """`--truncate` when training is stored; a folder from before the option keeps the start."""
+    task = task_instance("text-classification", {"labels": ["a", "b"]}, 8)
+    assert task.truncate == "longest_first"  # what folders without the setting were trained with
+    assert TASKS["text-classification"].resolve_options({})["truncate"] == "head_tail"
+    text = "one two three four five six seven eight nine ten"
+    example = task.examples_from_texts([text])
+    assert task.tokenizer.detokenize(task.encode(example, targets=False).features["token_ids"][:1, 1:-1]).numpy()[0] == (
+        b"one two three four five six"
+    )
+    task.use_options({"truncate": "head_tail"})
+    assert task.settings() == {"labels": ["a", "b"], "truncate": "head_tail"}
+    assert task.tokenizer.detokenize(task.encode(example, targets=False).features["token_ids"][:1, 1:-1]).numpy()[0] == (
+        b"one two three eight nine ten"
+    )
+    with pytest.raises(ValueError, match="--truncate 'middle'; expected one of head_tail, longest_first"):
+        task.use_options({"truncate": "middle"})
+    folder = write_task_folder(tmp_path / "m", "text-classification", {"labels": ["a", "b"], "truncate": "head_tail"}, TINY)
+    data = tmp_path / "dev.csv"
+    data.write_text(f"text,label\n{text},a\nshort,b\n")
+    assert main(["evaluate", "--model", folder, "--data", str(data), "--truncate", "longest_first"]) == 0
+    with pytest.raises(SystemExit) as exit_:
+        main(["evaluate", "--model", folder, "--data", str(data), "--truncate", "middle"])
+    assert exit_.value.code == 2 and "--truncate: invalid choice: 'middle'" in capsys.readouterr().err
 
 
 def test_metrics_match_scipy_and_sklearn():

@@ -378,7 +378,10 @@ def main(argv=None):
             "warmup_fraction": args.warmup, "weight_decay": args.weight_decay,
             "max_steps": args.max_steps,
             "kbert_only": {"layer_decay": args.layer_decay, "ema_momentum": args.ema,
-                           "reinit_pooler": args.reinit_pooler, "attention_dropout": args.attention_dropout},
+                           "reinit_pooler": args.reinit_pooler, "attention_dropout": args.attention_dropout,
+                           # The task's data options kbert runs with unless a variant sets them
+                           # (text-classification's truncate: keras-hub keeps a text's start).
+                           "task_options": task_class.resolve_options({})},
         },
         "machine": machine(),
         "runs": [],

@@ -713,4 +713,7 @@ class TextTask(Task):
         from kbert.text.packer import pack_one
 
         tokenizer = self.tokenizer
-        return pack_one(ids, self.sequence_length, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
+        return pack_one(
+            ids, self.sequence_length, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id,
+            truncate=self.preprocessor.packer.truncate,
+        )
