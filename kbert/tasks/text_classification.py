@@ -9,8 +9,8 @@ A text longer than `--seq-len` pieces loses its middle (`--truncate
 head_tail`, the default): it keeps its first half and its last half, as
 Sun et al. (2019, "How to fine-tune BERT for text classification?") found
 best for long documents; on the Debian task, where a quarter of the
-descriptions are cut at 128 pieces, it raised dev accuracy and macro-F1
-(README, "Results"). `--truncate longest_first` keeps the start, as
+descriptions are cut at 128 pieces, it gained a little dev accuracy and
+macro-F1 over seeds (README, "Results"). `--truncate longest_first` keeps the start, as
 Hugging Face, keras-hub and MediaPipe's on-device tokenizer do.
 """
 
