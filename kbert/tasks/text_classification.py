@@ -10,8 +10,8 @@ head_tail`, the default): it keeps its first half and its last half, as
 Sun et al. (2019, "How to fine-tune BERT for text classification?") found
 best for long documents; on the Debian task, where a quarter of the
 descriptions are cut at 128 pieces, it gained a little dev accuracy and
-macro-F1 over seeds (README, "Results"). `--truncate longest_first` keeps the start, as
-Hugging Face, keras-hub and MediaPipe's on-device tokenizer do.
+macro-F1 over seeds (README, "Results"). `--truncate longest_first` keeps
+the start, as Hugging Face, keras-hub and MediaPipe's on-device tokenizer do.
 """
 
 from kbert.tasks.base import Option
@@ -49,6 +49,10 @@ class TextClassification(ClassificationTask):
         super().__init__(tokenizer, sequence_length, labels)
         self._use_truncation(truncate)
 
+    @property
+    def truncate(self):
+        return self.preprocessor.packer.truncate
+
     def settings(self):
         return {**super().settings(), "truncate": self.truncate}
 
@@ -62,6 +66,5 @@ class TextClassification(ClassificationTask):
 
         if truncate not in TRUNCATIONS:
             raise ValueError(f"--truncate {truncate!r}; expected one of {', '.join(TRUNCATIONS)}")
-        self.truncate = truncate
-        if self.preprocessor.packer.truncate != truncate:
+        if truncate != self.truncate:
             self.preprocessor = BertPreprocessor(self.tokenizer, self.sequence_length, truncate=truncate)
