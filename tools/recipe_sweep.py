@@ -48,7 +48,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 DTYPE = "mixed_bfloat16"
-NO_DECAY = ("gamma", "beta", "bias")
 PREPARED_LENGTH = 512
 META_FILE, DATA_FILE, HIGH_FILE, LOW_FILE = "meta.json", "data.npz", "weights_high.npz", "weights_low.npz"
 BATCH_SIZE = 32
@@ -190,31 +189,17 @@ def build(meta, weights, attention_dropout=None):
     return config, bert_classifier(encoder, len(meta["labels"]), dtype=DTYPE)
 
 
-def schedule(step, peak, total, warmup):
-    """`kbert.training.WarmupPolynomialDecay` with power 1, in Python."""
-    if step < warmup:
-        return peak * step / max(warmup, 1)
-    progress = min(max((step - warmup) / max(total - warmup, 1), 0.0), 1.0)
-    return peak * (1.0 - progress)
-
-
-def layer_factor(path, num_layers, decay):
-    """`kbert.training.layerwise_multipliers`' factor for the variable at `path`."""
-    if decay >= 1:
-        return 1.0
-    for i in range(num_layers):
-        if path.startswith(f"transformer_layer_{i}/"):
-            return decay ** (num_layers - i)
-    for name in ("token_embedding", "position_embedding", "segment_embedding", "embeddings_layer_norm"):
-        if path.startswith(name):
-            return decay ** (num_layers + 1)
-    return 1.0
-
-
-def make_functions(model, num_classes, weight_decay=0.01):
+def make_functions(model, num_classes):
     """The compiled train step and prediction, each over a leading axis of seeds."""
     import jax
     import jax.numpy as jnp
+
+    from kbert.training.optimizers import (
+        DEFAULT_EPSILON,
+        DEFAULT_GLOBAL_CLIPNORM,
+        DEFAULT_WEIGHT_DECAY,
+        NO_DECAY,
+    )
 
     decay_mask = [
         0.0 if any(part in v.path.split("/")[-1] for part in NO_DECAY) else 1.0
@@ -232,16 +217,16 @@ def make_functions(model, num_classes, weight_decay=0.01):
             trainable, non_trainable, x, y, smoothing
         )
         norm = jnp.sqrt(sum(jnp.sum(jnp.square(g.astype(jnp.float32))) for g in grads))
-        scale = 1.0 / jnp.maximum(norm, 1.0)
+        scale = DEFAULT_GLOBAL_CLIPNORM / jnp.maximum(norm, DEFAULT_GLOBAL_CLIPNORM)
         correction = jnp.sqrt(1 - 0.999 ** (t + 1.0)) / (1 - 0.9 ** (t + 1.0))
         new = ([], [], [])
         for w, g, mi, vi, decays, factor in zip(trainable, grads, m, v, decay_mask, factors):
             g = g.astype(jnp.float32) * scale
             lr = rate * factor
-            w = w - w * (lr * weight_decay * decays)
+            w = w - w * (lr * DEFAULT_WEIGHT_DECAY * decays)
             mi = 0.9 * mi + 0.1 * g
             vi = 0.999 * vi + 0.001 * g * g
-            w = w - lr * correction * mi / (jnp.sqrt(vi) + 1e-6)
+            w = w - lr * correction * mi / (jnp.sqrt(vi) + DEFAULT_EPSILON)
             for part, value in zip(new, (w, mi, vi)):
                 part.append(value)
         return new[0], non_trainable, new[1], new[2], loss
@@ -257,19 +242,14 @@ def make_functions(model, num_classes, weight_decay=0.01):
     return train_step, jax.jit(jax.vmap(predict, in_axes=(0, 0, None)))
 
 
-def macro_f1(y, predicted, num_classes):
-    scores = []
-    for c in range(num_classes):
-        tp = np.sum((predicted == c) & (y == c))
-        wrong = np.sum((predicted == c) & (y != c)) + np.sum((predicted != c) & (y == c))
-        scores.append(0.0 if tp == 0 else 2 * tp / (2 * tp + wrong))
-    return float(np.mean(scores))
-
-
 def run_variant(name, recipe, seeds, meta, data, weights, cache, log, max_dev=None):
     """Fine-tunes one copy per seed side by side; logs a record per seed, returns (mean accuracy, seconds)."""
     import jax
     import jax.numpy as jnp
+
+    from kbert.tasks.classification import classification_metrics
+    from kbert.training import WarmupPolynomialDecay, layerwise_multipliers
+    from kbert.training.optimizers import layerwise_factor
 
     length = recipe.get("length", 128)
     tail = recipe.get("tail", 0)
@@ -314,11 +294,12 @@ def run_variant(name, recipe, seeds, meta, data, weights, cache, log, max_dev=No
         ])))
     m = [jnp.zeros_like(w, dtype=jnp.float32) for w in trainable]
     v = [jnp.zeros_like(w, dtype=jnp.float32) for w in trainable]
-    factors = tuple(layer_factor(p, config.num_layers, recipe.get("layer_decay", 1.0)) for p in paths)
+    multipliers = layerwise_multipliers(config.num_layers, recipe.get("layer_decay", 1.0))
+    factors = tuple(layerwise_factor(multipliers, p) for p in paths)
     rows = len(y_train)
     steps_per_epoch = -(-rows // BATCH_SIZE)
     total = steps_per_epoch * epochs
-    warmup = int(recipe.get("warmup", 0.1) * total)
+    schedule = WarmupPolynomialDecay(peak, total, int(recipe.get("warmup", 0.1) * total))
     shuffles = [np.random.default_rng(1000 + seed) for seed in seeds]
     t = 0
     start = time.time()
@@ -334,7 +315,7 @@ def run_variant(name, recipe, seeds, meta, data, weights, cache, log, max_dev=No
             }
             trainable, non_trainable, m, v, loss = train_step(
                 trainable, non_trainable, m, v, float(t), x, jnp.asarray(y_train[index]),
-                schedule(t, peak, total, warmup), smoothing, factors,
+                float(schedule(t)), smoothing, factors,
             )
             losses.append(loss)
             t += 1
@@ -351,9 +332,9 @@ def run_variant(name, recipe, seeds, meta, data, weights, cache, log, max_dev=No
         predicted.append(np.asarray(predict(trainable, non_trainable, x)))
     predicted = np.concatenate(predicted, axis=1)
     for i, seed in enumerate(seeds):
+        figures = classification_metrics(y_dev, predicted[i], meta["labels"])
         log({"variant": name, "recipe": recipe, "seed": seed,
-             "accuracy": float(np.mean(predicted[i] == y_dev)),
-             "macro_f1": macro_f1(y_dev, predicted[i], len(meta["labels"])),
+             "accuracy": figures["accuracy"], "macro_f1": figures["macro_f1"],
              "last_epoch_loss": float(last_epoch_loss[i]), "train_s": seconds})
     return float(np.mean(predicted == y_dev[np.newaxis])), seconds
 

@@ -150,10 +150,7 @@ class LayerwiseAdamW(FusedAdamW):
         self._factors = [self._factor_of(variable.path) for variable in var_list]
 
     def _factor_of(self, path):
-        for prefix, factor in self.lr_multipliers.items():
-            if path.startswith(prefix + "/"):
-                return factor
-        return 1.0
+        return layerwise_factor(self.lr_multipliers, path)
 
     def _multiplier(self, variable):
         return self._factors[self._get_variable_index(variable)]
@@ -213,6 +210,14 @@ def layerwise_multipliers(num_layers, decay):
     for name in ("token_embedding", "position_embedding", "segment_embedding", "embeddings_layer_norm"):
         factors[name] = decay ** (num_layers + 1)
     return factors
+
+
+def layerwise_factor(multipliers, path):
+    """The factor of `layerwise_multipliers` on the variable at `path` (1 if none names it)."""
+    for prefix, factor in multipliers.items():
+        if path.startswith(prefix + "/"):
+            return factor
+    return 1.0
 
 
 def make_optimizer(
