@@ -123,9 +123,26 @@ def test_run_writes_a_record_per_seed_and_variant(prepared, tmp_path):
     assert records[0]["last_epoch_loss"] != records[1]["last_epoch_loss"]
 
 
+def test_prepare_replaces_only_its_own_folder(prepared, capsys):
+    sweep, folder = prepared
+    theirs = folder / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    argv = ["prepare", "--train", str(folder / "train.csv"), "--dev", str(folder / "dev.csv")]
+    for out, message in (
+        (theirs, "is not empty and is not a kbert recipe-sweep data folder"),
+        (folder / "data", "holds a kbert recipe-sweep data folder; pass --overwrite to replace it"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            sweep.main([*argv, "--out", str(out)])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert (theirs / "notes.txt").read_text() == "mine" and sweep.is_prepared(str(folder / "data"))
+
+
 def test_run_refuses_an_unknown_variant_and_another_backend(prepared, capsys):
     sweep, folder = prepared
     for argv, message in (
+        (["--seeds", "3-x"], "--seeds: '3-x': expected seeds such as 0-31 or 0,1,5"),
         (["--variants", "base,middle"], "--variants: 'middle' is not one of base, head_tail"),
         ([], "run needs the JAX backend: KERAS_BACKEND=jax"),
     ):

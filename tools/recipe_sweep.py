@@ -73,7 +73,29 @@ VARIANTS = {
 # === prepare (TensorFlow) ===
 
 
-def prepare(train, dev, init, out):
+FORMAT = "kbert-recipe-sweep"
+
+
+def is_prepared(path):
+    """Whether `path` is a folder `prepare` wrote."""
+    try:
+        with open(os.path.join(path, META_FILE), encoding="utf-8") as f:
+            return json.load(f).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def prepare(train, dev, init, out, overwrite=False):
+    """Writes `out` aside and renames it into place; refuses a folder `prepare` did not write."""
+    from kbert.fileio import check_output_folder, staged_folder
+
+    check_output_folder(out, "recipe-sweep data", is_prepared, overwrite)
+    with staged_folder(out, is_prepared, overwrite, what="recipe-sweep data") as staging:
+        summary = _prepare(train, dev, init, staging)
+    print(json.dumps({"out": out, **summary}))
+
+
+def _prepare(train, dev, init, out):
     from kbert.checkpoints.huggingface import init_encoder
     from kbert.tasks import get_task
     from kbert.text import WordPieceTokenizer
@@ -97,7 +119,6 @@ def prepare(train, dev, init, out):
         arrays[f"{name}_ids"] = compact[rows.features["token_ids"]].astype(np.int16)
         arrays[f"{name}_len"] = rows.features["padding_mask"].sum(axis=1).astype(np.int16)
         arrays[f"{name}_y"] = np.asarray(rows.targets).astype(np.int8)
-    os.makedirs(out, exist_ok=True)
     np.savez_compressed(os.path.join(out, DATA_FILE), **arrays)
     high, low = {}, {}
     for variable in encoder.weights:
@@ -111,6 +132,7 @@ def prepare(train, dev, init, out):
     np.savez_compressed(os.path.join(out, HIGH_FILE), **high)
     np.savez_compressed(os.path.join(out, LOW_FILE), **low)
     meta = {
+        "format": FORMAT,
         "config": {**config.to_dict(), "vocab_size": int(len(used))},
         "labels": settings["labels"],
         "cls": int(compact[specials[2]]),
@@ -119,8 +141,7 @@ def prepare(train, dev, init, out):
     }
     with open(os.path.join(out, META_FILE), "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=1)
-    print(json.dumps({"out": out, "train": len(examples["train"]), "dev": len(examples["dev"]),
-                      "vocabulary": int(len(used))}))
+    return {"train": len(examples["train"]), "dev": len(examples["dev"]), "vocabulary": int(len(used))}
 
 
 # === run (JAX) ===
@@ -340,10 +361,12 @@ def run_variant(name, recipe, seeds, meta, data, weights, cache, log, max_dev=No
 
 
 def parse_seeds(text):
-    """"0-31" or "0,1,5": a list of ints."""
+    """"0-31" or "0,1,5": a list of ints (an argparse type)."""
     seeds = []
     for part in text.split(","):
         low, _, high = part.partition("-")
+        if not low.isdigit() or high and not high.isdigit() or high and int(high) < int(low):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected seeds such as 0-31 or 0,1,5")
         seeds += list(range(int(low), int(high) + 1)) if high else [int(low)]
     return seeds
 
@@ -355,17 +378,21 @@ def main(argv=None):
     p.add_argument("--train", required=True)
     p.add_argument("--dev", required=True)
     p.add_argument("--init", default="all-minilm-l6-v2")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="a new folder")
+    p.add_argument("--overwrite", action="store_true", help="replace a folder prepare wrote")
     r = commands.add_parser("run", help="train the variants, every seed at once (KERAS_BACKEND=jax)")
     r.add_argument("--data", required=True, help="what prepare wrote")
-    r.add_argument("--seeds", default="0-31")
+    r.add_argument("--seeds", type=parse_seeds, default="0-31")
     r.add_argument("--variants", default="base,head_tail")
     r.add_argument("--out", required=True, help="JSON lines, one per seed and variant (appended)")
     r.add_argument("--max-train", type=int, default=None, help="the first N training rows only")
     r.add_argument("--max-dev", type=int, default=None, help="the first N dev rows only")
     args = parser.parse_args(argv)
     if args.command == "prepare":
-        return prepare(args.train, args.dev, args.init, args.out)
+        try:
+            return prepare(args.train, args.dev, args.init, args.out, args.overwrite)
+        except ValueError as error:
+            parser.error(str(error))
     unknown = [name for name in args.variants.split(",") if name not in VARIANTS]
     if unknown:
         parser.error(f"--variants: {unknown[0]!r} is not one of {', '.join(VARIANTS)}")
@@ -377,7 +404,7 @@ def main(argv=None):
     if args.max_train:
         for key in ("train_ids", "train_len", "train_y"):
             data[key] = data[key][: args.max_train]
-    seeds = parse_seeds(args.seeds)
+    seeds = args.seeds
     cache = {}
     with open(args.out, "a", encoding="utf-8") as out:
         def log(record):
