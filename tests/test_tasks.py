@@ -503,6 +503,26 @@ def test_benchmark_max_steps_runs_keras_hubs_input_pipeline_only(capsys):
     assert "--max-steps: runs keras-hub's input pipeline only" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("entry, message", [
+    ("truncate", "expected NAME=VALUE[:NAME=VALUE] with options of text-classification"),
+    ("truncate=", "expected NAME=VALUE[:NAME=VALUE] with options of text-classification"),
+    ("sequence=3", "expected NAME=VALUE[:NAME=VALUE] with options of text-classification"),
+    ("truncate=head_tail:head=cross", "expected NAME=VALUE[:NAME=VALUE] with options of text-classification"),
+    ("truncate=middle", "truncate 'middle'; expected one of head_tail, longest_first"),
+])
+def test_benchmark_also_evaluate_takes_the_tasks_options(entry, message, capsys):
+    """`--also-evaluate NAME=VALUE`: options of the task only, each with a value."""
+    from tests.task_harness import load_tool
+
+    tool = load_tool("benchmark_finetune")
+    data = ["--train", os.path.join(STSB, "train.tsv"), "--dev", os.path.join(STSB, "dev.tsv")]
+    args = tool.parse_args(data + ["--also-evaluate", "truncate=longest_first"])
+    assert args.also_evaluate == {"truncate=longest_first": {"truncate": "longest_first"}}
+    with pytest.raises(SystemExit):
+        tool.parse_args(data + ["--also-evaluate", entry])
+    assert f"--also-evaluate {entry}: {message}" in capsys.readouterr().err
+
+
 def test_benchmark_fit_phases_split_a_finetunes_fit(tmp_path):
     """`finetune(callbacks=...)` gives `fit` the caller's callbacks too: the
     benchmark's `FitPhases` sees both epochs' steps and validations, and its
@@ -534,6 +554,21 @@ def test_benchmark_fit_phases_split_a_finetunes_fit(tmp_path):
     assert split["rest"] >= -0.2  # each figure rounded to 0.1 s
     assert abs(sum(split.values()) - metrics["train_seconds"]) <= 0.2
     assert abs(phases.mean_step() * (len(phases.steps) - 1) - split["other_steps"]) <= 0.1
+
+    # `--also-evaluate`: the model evaluated again with other task options,
+    # as `kbert evaluate --truncate ...` evaluates it.
+    from kbert.modelfolder import ModelFolder
+
+    args = tool.parse_args(["--train", str(tmp_path / "train.csv"), "--dev", str(tmp_path / "dev.csv"),
+                            "--also-evaluate", "truncate=longest_first",
+                            "--also-evaluate", "truncate=head_tail"])
+    figures = tool.evaluate_with(args, str(tmp_path / "model"))
+    for truncate in ("longest_first", "head_tail"):
+        folder = ModelFolder.load(str(tmp_path / "model"))
+        options = folder.use_options({"truncate": truncate})
+        assert folder.task.truncate == truncate
+        expected = folder.evaluate(folder.task.read(str(tmp_path / "dev.csv"), options))
+        assert figures[f"truncate={truncate}"] == folder.task.summary(expected)
 
 
 @pytest.mark.parametrize("value, expected", [("0", 0), ("16", 16), ("-3", None), ("x", None)])

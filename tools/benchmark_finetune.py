@@ -34,6 +34,11 @@ the two models learn alike, with one seed's batches in one order for both:
         --dev data/debian-packages/dev.csv --epochs 2 --lr 1e-4 --max-steps 110 \
         --impls kbert-model-hub-input,keras-hub --seeds 0,1 --baselines ""
 
+`--also-evaluate truncate=longest_first` evaluates each kbert model on dev
+again with those task options too (`kbert evaluate --truncate
+longest_first`), reported under `also_evaluated`: how a model trained with
+one rule serves inputs packed by another (MediaPipe keeps a text's start).
+
 `kbert:NAME=VALUE[:NAME=VALUE]` runs kbert with task options or the recipe
 options of `RECIPE_OPTIONS` (`kbert finetune --NAME VALUE`), so that variants
 run side by side in one run:
@@ -97,10 +102,14 @@ def parse_args(argv=None):
                              "validation (keras-hub and the hybrid only): a diagnostic of the "
                              "training loss on the same batches")
     parser.add_argument("--baselines", default=",".join(BASELINES), help="those that fit the task")
+    parser.add_argument("--also-evaluate", action="append", default=[], metavar="NAME=VALUE[:NAME=VALUE]",
+                        help="kbert only: evaluate each trained model on dev again with these "
+                             "task options too (e.g. truncate=longest_first); repeatable")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
     args.impls = [i for i in args.impls.split(",") if i]
     names = {o.name for o in TASKS[args.task].options}
+    choices = {o.name: o.choices for o in TASKS[args.task].options if o.choices}
     # Each entry's (task options, recipe arguments), parsed once here.
     args.settings = {}
     for impl in args.impls:
@@ -116,6 +125,16 @@ def parse_args(argv=None):
             parser.error(f"--impls {impl}: expected kbert:NAME=VALUE with options of "
                          f"{args.task} ({', '.join(sorted(names))}) or of the recipe "
                          f"({', '.join(RECIPE_OPTIONS)})")
+    args.also_evaluate = {entry: dict(o.partition("=")[::2] for o in entry.split(":"))
+                          for entry in args.also_evaluate}
+    for entry, options in args.also_evaluate.items():
+        if any(name not in names or not value for name, value in options.items()):
+            parser.error(f"--also-evaluate {entry}: expected NAME=VALUE[:NAME=VALUE] with options "
+                         f"of {args.task} ({', '.join(sorted(names))})")
+        for name, value in options.items():
+            if value not in choices.get(name, (value,)):
+                parser.error(f"--also-evaluate {entry}: {name} {value!r}; expected one of "
+                             f"{', '.join(choices[name])}")
     if args.max_steps and any(impl.split(":")[0] == "kbert" for impl in args.impls):
         parser.error("--max-steps: runs keras-hub's input pipeline only; "
                      f"expected --impls among keras-hub, {', '.join(HYBRIDS)}")
@@ -204,8 +223,9 @@ def run_kbert(args, seed, work, impl="kbert"):
         "layer_decay": args.layer_decay, "ema_momentum": args.ema,
         "attention_dropout": args.attention_dropout, **recipe,
     }
+    folder = os.path.join(work, f"{impl}-{seed}".replace(":", "_"))
     metrics = finetune(
-        args.train, args.dev, args.init, os.path.join(work, f"{impl}-{seed}".replace(":", "_")),
+        args.train, args.dev, args.init, folder,
         task=args.task, options=options,
         sequence_length=args.seq_len, batch_size=args.batch_size, epochs=args.epochs,
         learning_rate=args.lr, warmup_fraction=args.warmup, weight_decay=args.weight_decay,
@@ -217,7 +237,20 @@ def run_kbert(args, seed, work, impl="kbert"):
         "train_loss": round(metrics["history"]["loss"][-1], 4),
         "mean_step_seconds": phases.mean_step(),
         "fit_phases": phases.phases(metrics["train_seconds"]),
+        **({"also_evaluated": evaluate_with(args, folder)} if args.also_evaluate else {}),
     }
+
+
+def evaluate_with(args, folder):
+    """The dev figures of the model in `folder` under each `--also-evaluate` entry's options."""
+    from kbert.modelfolder import ModelFolder
+
+    model, figures = ModelFolder.load(folder), {}
+    for entry, given in args.also_evaluate.items():
+        options = model.use_options(given)
+        metrics = model.evaluate(model.task.read(args.dev, options), source=args.dev)
+        figures[entry] = model.task.summary(metrics)
+    return figures
 
 
 def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
@@ -409,6 +442,11 @@ def main(argv=None):
             if k not in ("impl", "seed", "n") and all(isinstance(r[k], (int, float)) for r in runs)
         ]
         summary[impl] = {k: spread([r[k] for r in runs]) for k in keys}
+        if "also_evaluated" in runs[0]:
+            summary[impl]["also_evaluated"] = {
+                entry: {k: spread([r["also_evaluated"][entry][k] for r in runs]) for k in figures}
+                for entry, figures in runs[0]["also_evaluated"].items()
+            }
     report["summary"] = summary
     if "keras-hub" in args.impls:
         # Mean fit, and mean step after the first, of each kbert variant over
