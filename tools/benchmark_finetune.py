@@ -245,11 +245,11 @@ def evaluate_with(args, folder):
     """The dev figures of the model in `folder` under each `--also-evaluate` entry's options."""
     from kbert.modelfolder import ModelFolder
 
-    model, figures = ModelFolder.load(folder), {}
+    trained, figures = ModelFolder.load(folder), {}
     for entry, given in args.also_evaluate.items():
-        options = model.use_options(given)
-        metrics = model.evaluate(model.task.read(args.dev, options), source=args.dev)
-        figures[entry] = model.task.summary(metrics)
+        options = trained.use_options(given)
+        metrics = trained.evaluate(trained.task.read(args.dev, options), source=args.dev)
+        figures[entry] = trained.task.summary(metrics)
     return figures
 
 
@@ -444,7 +444,7 @@ def main(argv=None):
         summary[impl] = {k: spread([r[k] for r in runs]) for k in keys}
         if "also_evaluated" in runs[0]:
             summary[impl]["also_evaluated"] = {
-                entry: {k: spread([r["also_evaluated"][entry][k] for r in runs]) for k in figures}
+                entry: {k: spread([r["also_evaluated"][entry][k] for r in runs]) for k in figures if k != "n"}
                 for entry, figures in runs[0]["also_evaluated"].items()
             }
     report["summary"] = summary
