@@ -466,8 +466,11 @@ def test_pair_regression_export(trained_pairs):
 @pytest.mark.parametrize(
     "impls, message",
     [
-        ("kbert:hed=x", "--impls kbert:hed=x: expected kbert:NAME=VALUE with options of text-pair-regression"),
-        ("kbert:head", "--impls kbert:head: expected kbert:NAME=VALUE"),
+        ("kbert:hed=x", "--impls kbert:hed=x: expected NAME=VALUE[:NAME=VALUE] with options of "
+                        "text-pair-regression"),
+        ("kbert:head", "--impls kbert:head: expected NAME=VALUE[:NAME=VALUE]"),
+        ("kbert:", "--impls kbert:: expected NAME=VALUE[:NAME=VALUE]"),
+        ("kbert:head=tri", "--impls kbert:head=tri: head 'tri'; expected one of "),
         ("keras-hub:head=cross", "--impls keras-hub:head=cross: expected some of kbert, keras-hub"),
         ("keras-hub:ema=0.9", "--impls keras-hub:ema=0.9: expected some of kbert, keras-hub"),
         ("kbert:attention-dropout=1", "--impls kbert:attention-dropout=1: 1 is not in [0, 1)"),

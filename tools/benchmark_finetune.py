@@ -108,33 +108,24 @@ def parse_args(argv=None):
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
     args.impls = [i for i in args.impls.split(",") if i]
-    names = {o.name for o in TASKS[args.task].options}
-    choices = {o.name: o.choices for o in TASKS[args.task].options if o.choices}
     # Each entry's (task options, recipe arguments), parsed once here.
     args.settings = {}
     for impl in args.impls:
-        base = impl.split(":")[0]
-        try:
-            options, recipe = args.settings[impl] = impl_settings(impl)
-        except argparse.ArgumentTypeError as error:
-            parser.error(f"--impls {impl}: {error}")
-        if base not in IMPLS + HYBRIDS or (options or recipe) and base != "kbert":
+        base, variant, given = impl.partition(":")
+        if base not in IMPLS + HYBRIDS or variant and base != "kbert":
             parser.error(f"--impls {impl}: expected some of {', '.join(IMPLS + HYBRIDS)}, "
                          "or kbert:NAME=VALUE with options of the task or the recipe")
-        if any(name not in names or not value for name, value in options.items()):
-            parser.error(f"--impls {impl}: expected kbert:NAME=VALUE with options of "
-                         f"{args.task} ({', '.join(sorted(names))}) or of the recipe "
-                         f"({', '.join(RECIPE_OPTIONS)})")
-    args.also_evaluate = {entry: dict(o.partition("=")[::2] for o in entry.split(":"))
-                          for entry in args.also_evaluate}
-    for entry, options in args.also_evaluate.items():
-        if any(name not in names or not value for name, value in options.items()):
-            parser.error(f"--also-evaluate {entry}: expected NAME=VALUE[:NAME=VALUE] with options "
-                         f"of {args.task} ({', '.join(sorted(names))})")
-        for name, value in options.items():
-            if value not in choices.get(name, (value,)):
-                parser.error(f"--also-evaluate {entry}: {name} {value!r}; expected one of "
-                             f"{', '.join(choices[name])}")
+        try:
+            args.settings[impl] = option_settings(given, args.task, RECIPE_OPTIONS) if variant else ({}, {})
+        except argparse.ArgumentTypeError as error:
+            parser.error(f"--impls {impl}: {error}")
+    also_evaluate = {}
+    for entry in args.also_evaluate:
+        try:
+            also_evaluate[entry] = option_settings(entry, args.task)[0]
+        except argparse.ArgumentTypeError as error:
+            parser.error(f"--also-evaluate {entry}: {error}")
+    args.also_evaluate = also_evaluate
     if args.max_steps and any(impl.split(":")[0] == "kbert" for impl in args.impls):
         parser.error("--max-steps: runs keras-hub's input pipeline only; "
                      f"expected --impls among keras-hub, {', '.join(HYBRIDS)}")
@@ -153,20 +144,35 @@ def log(message):
     print(message, file=sys.stderr, flush=True)
 
 
-def impl_settings(impl):
-    """`(task options, recipe arguments of finetune)` of an `--impls` entry `kbert:NAME=VALUE:...`.
+def option_settings(given, task, recipe_options=None):
+    """`(task options, recipe arguments of finetune)` of `NAME=VALUE[:NAME=VALUE]`.
 
-    Raises `argparse.ArgumentTypeError` for a recipe value of the wrong type.
+    A name is an option of `task` or, with `recipe_options` (`RECIPE_OPTIONS`),
+    a `kbert finetune` recipe flag. Raises `argparse.ArgumentTypeError` naming
+    what is wrong: an unknown name, no value, a value outside the option's
+    choices, or a recipe value of the wrong type.
     """
     from kbert import cliargs
+    from kbert.tasks import TASKS
 
+    known = {o.name: o for o in TASKS[task].options}
+    recipe_options = recipe_options or {}
     options, recipe = {}, {}
-    for name, _, value in (option.partition("=") for option in impl.split(":")[1:]):
-        if name in RECIPE_OPTIONS:
-            argument, kind = RECIPE_OPTIONS[name]
+    for entry in given.split(":"):
+        name, _, value = entry.partition("=")
+        if name in recipe_options:
+            argument, kind = recipe_options[name]
             recipe[argument] = getattr(cliargs, kind)(value)
-        else:
-            options[name.replace("-", "_")] = value
+            continue
+        option = known.get(name.replace("-", "_"))
+        if option is None or not value:
+            where = f" or of the recipe ({', '.join(recipe_options)})" if recipe_options else ""
+            raise argparse.ArgumentTypeError(
+                f"expected NAME=VALUE[:NAME=VALUE] with options of {task} ({', '.join(sorted(known))}){where}"
+            )
+        if option.choices and value not in option.choices:
+            raise argparse.ArgumentTypeError(f"{option.name} {value!r}; expected one of {', '.join(option.choices)}")
+        options[option.name] = value
     return options, recipe
 
 
