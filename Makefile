@@ -27,7 +27,7 @@ run: $(STAMP)
 	$(VENV)/bin/kbert finetune \
 	  --train data/debian-packages/train.csv --dev data/debian-packages/dev.csv \
 	  --init all-minilm-l6-v2 --seq-len 128 --batch-size 32 --epochs 2 \
-	  --lr 1e-4 --truncate head_tail --dtype mixed_bfloat16 --out $(OUT)
+	  --lr 1e-4 --truncate head_tail --dtype auto --out $(OUT)
 	$(VENV)/bin/kbert evaluate --model $(OUT) --data data/debian-packages/dev.csv
 
 test: $(STAMP)

@@ -377,7 +377,11 @@ def _add_training_arguments(p):
     p.add_argument("--warmup", type=fraction, default=0.1, help="share of the steps warming up")
     p.add_argument("--weight-decay", type=fraction, default=0.01, help="AdamW's decoupled weight decay")
     p.add_argument("--xla", action="store_true", help="compile the train step with XLA")
-    p.add_argument("--dtype", default=None, help="dtype policy, e.g. mixed_bfloat16")
+    p.add_argument(
+        "--dtype", default=None,
+        help="dtype policy, e.g. mixed_bfloat16; auto: mixed_bfloat16 where the device multiplies "
+             "bfloat16 natively (Ampere GPUs, TPUs, CPUs with AVX512_BF16 or AMX), else float32",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="model folder to write (a new or empty folder)")
     p.add_argument(
@@ -588,7 +592,10 @@ def build_parser():
     p.add_argument("--optimizer", choices=["lamb", "adamw"], default="lamb")
     p.add_argument("--warmup-steps", type=int, default=None, help="default: 10%% of --steps")
     p.add_argument("--no-jit", action="store_true", help="do not compile with XLA")
-    p.add_argument("--dtype", choices=["float32", "mixed_bfloat16", "mixed_float16"])
+    p.add_argument(
+        "--dtype", choices=["float32", "mixed_bfloat16", "mixed_float16", "auto"],
+        help="auto: mixed_bfloat16 where the device multiplies bfloat16 natively, else float32",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--deterministic", action="store_true",

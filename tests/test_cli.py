@@ -77,6 +77,28 @@ def test_finetune_writes_model_folder(trained):
     assert not [n for n in os.listdir(os.path.dirname(trained["model"])) if n.startswith(".kbert")]
 
 
+def test_finetune_dtype_auto_stores_the_policy_it_chose(workdir, vocab, capsys):
+    """`--dtype auto` trains under the policy `kbert.hardware` picks for this device,
+    says so, and the model folder stores that policy, not "auto"."""
+    from kbert.hardware import resolve_dtype
+
+    out = str(workdir / "model-auto")
+    code = main([
+        "finetune", "--train", write_csv(workdir / "train-auto.csv", subset("train", 4)),
+        "--dev", write_csv(workdir / "dev-auto.csv", subset("dev", 2)), "--init", "bert_tiny",
+        "--vocab", vocab, "--seq-len", "16", "--batch-size", "4", "--epochs", "1", "--dtype", "auto",
+        "--out", out,
+    ])
+    assert code == 0
+    chosen = resolve_dtype("auto")
+    assert f"dtype auto: {chosen} (this device" in capsys.readouterr().err
+    with open(os.path.join(out, "kbert.json")) as f:
+        assert json.load(f)["dtype"] == chosen
+    from kbert.modelfolder import ModelFolder
+
+    assert ModelFolder.load(out).compute_dtype == ("bfloat16" if chosen == "mixed_bfloat16" else "float32")
+
+
 def test_evaluate_matches_metrics_json(trained, capsys):
     assert main(["evaluate", "--model", trained["model"], "--data", trained["dev"]]) == 0
     result = json.loads(capsys.readouterr().out)

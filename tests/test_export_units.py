@@ -277,6 +277,7 @@ def test_report_markdown():
 def test_machine():
     machine = verify.machine()
     assert machine["cpus"] == os.cpu_count() and machine["cpu"] and machine["python"] == platform.python_version()
+    assert isinstance(machine["cpu_bfloat16"], bool)
     load = verify.load_average()
     assert load is None or (len(load) == 3 and all(value >= 0 for value in load))
     json.dumps(machine)

@@ -78,6 +78,7 @@ RECIPE_OPTIONS = {
 def parse_args(argv=None):
     from kbert.cliargs import dropout_rate, fraction, learning_rate, positive_fraction, positive_int
     from kbert.tasks import TASKS
+    from kbert.hardware import resolve_dtype
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="text-classification", choices=list(TASKS))
@@ -90,7 +91,7 @@ def parse_args(argv=None):
     parser.add_argument("--lr", type=learning_rate, default=5e-5)
     parser.add_argument("--batch-size", type=positive_int, default=32)
     parser.add_argument("--seq-len", type=positive_int, default=128)
-    parser.add_argument("--dtype", default="mixed_bfloat16")
+    parser.add_argument("--dtype", default="auto", help="a dtype policy for both, or auto (as kbert finetune)")
     parser.add_argument("--warmup", type=fraction, default=0.1)
     parser.add_argument("--weight-decay", type=fraction, default=0.01)
     parser.add_argument("--layer-decay", type=positive_fraction, default=1.0, help="kbert only")
@@ -107,6 +108,7 @@ def parse_args(argv=None):
                              "task options too (e.g. truncate=longest_first); repeatable")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
+    args.dtype = resolve_dtype(args.dtype)
     args.impls = [i for i in args.impls.split(",") if i]
     # Each entry's (task options, recipe arguments), parsed once here.
     args.settings = {}

@@ -57,6 +57,7 @@ def bucket_width_arg(value):
 def parse_args(argv=None):
     from kbert.cliargs import positive_int
     from kbert.tasks import TASKS
+    from kbert.hardware import resolve_dtype
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="text-classification", choices=list(TASKS))
@@ -66,7 +67,7 @@ def parse_args(argv=None):
     parser.add_argument("--seq-len", type=positive_int, default=128)
     parser.add_argument("--batch-size", type=positive_int, default=32)
     parser.add_argument("--steps", type=positive_int, default=None, help="steps to fit (default: one epoch)")
-    parser.add_argument("--dtype", default="mixed_bfloat16")
+    parser.add_argument("--dtype", default="auto", help="a dtype policy, or auto (as kbert finetune)")
     parser.add_argument("--xla", action="store_true")
     parser.add_argument("--no-dropout", action="store_true", help="set every Dropout rate to 0")
     parser.add_argument("--bucket-width", type=bucket_width_arg, default=None,
@@ -82,6 +83,7 @@ def parse_args(argv=None):
                         help="fit the variant and kbert finetune's settings in turn, step by step, "
                              "on the same batches, and report the ratio of their steps")
     args = parser.parse_args(argv)
+    args.dtype = resolve_dtype(args.dtype)
     if args.interleave and args.trace_steps:
         parser.error("--interleave compares step times; trace without it (--trace-steps)")
     return args

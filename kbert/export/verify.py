@@ -14,6 +14,7 @@ import statistics
 import time
 
 from kbert.export.options import DEFAULT_LATENCY_RUNS
+from kbert.hardware import cpu_bfloat16, cpuinfo_field
 
 WARMUP_RUNS = 5
 
@@ -27,27 +28,16 @@ def load_average():
 
 
 def machine():
-    """The machine timings are taken on, for a report: CPU, cores, system, Python, load now."""
+    """The machine timings are taken on, for a report: CPU, whether it multiplies bfloat16
+    natively, cores, system, Python, load now."""
     return {
-        "cpu": _cpu_model(),
+        "cpu": cpuinfo_field("model name") or platform.processor() or platform.machine(),
+        "cpu_bfloat16": cpu_bfloat16(),
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "load_average": load_average(),
     }
-
-
-def _cpu_model():
-    # platform.processor() names only the architecture on Linux.
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    return value.strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def measure_latency(call, runs=DEFAULT_LATENCY_RUNS, warmup=WARMUP_RUNS):

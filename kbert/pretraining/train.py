@@ -15,6 +15,7 @@ import numpy as np
 from kbert.checkpoints import load_hf_checkpoint, resolve_checkpoint, save_hf_checkpoint
 from kbert.checkpoints.google import load_google_checkpoint
 from kbert.config import PRESETS, BertConfig
+from kbert.hardware import log_dtype
 from kbert.pretraining.pretrainer import bert_pretrainer
 from kbert.pretraining.records import make_pretraining_dataset, read_metadata
 from kbert.training.distribute import (
@@ -203,7 +204,8 @@ def pretrain(
         eval_steps: int. Batches of `eval_data` per evaluation.
         lowercase: bool. Recorded in `encoder/` for the tokenizer.
         jit_compile: bool. Compile the train step with XLA.
-        dtype: dtype policy, e.g. "mixed_bfloat16".
+        dtype: dtype policy, e.g. "mixed_bfloat16", or "auto" (as for
+            `kbert.training.finetune.finetune`).
         seed: int. Seeds Keras, the initialisation and the record shuffle.
         checkpoint_every: int or None. Save the training state (weights,
             optimizer state, step) to `out/backup/` every this many steps,
@@ -262,6 +264,7 @@ def pretrain(
 
         tf.config.experimental.enable_op_determinism()
     strategy = get_strategy(strategy)
+    dtype = log_dtype(dtype)
     keras.utils.set_random_seed(seed)
     train = _distributable(_as_dataset(train_data, batch_size, seed, repeat=True), strategy)
     evaluation = None

@@ -34,6 +34,7 @@ import numpy as np
 from kbert.checkpoints.huggingface import PACKAGED_CHECKPOINTS, init_encoder
 from kbert.config import PRESETS, BertConfig
 from kbert.fileio import check_output_folder
+from kbert.hardware import log_dtype
 from kbert.modelfolder import MODEL_FILE, SETTINGS_FILE, ModelFolder, is_model_folder, write_model_folder
 from kbert.models import bert_encoder
 from kbert.pretraining.corpus import iter_documents
@@ -320,6 +321,7 @@ def distill(
         f"{len(dev_examples)} dev examples from {dev}")
 
     set_seeds(seed, deterministic)
+    dtype = log_dtype(dtype, log)
     config, model, kept = build_student(teacher_folder, student, dtype)
     log(f"student {student}: num_layers={config.num_layers}, hidden_size={config.hidden_size}"
         + (f", starting from the teacher's blocks {kept} (counting from 0)" if kept else ""))

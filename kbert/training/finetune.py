@@ -18,6 +18,7 @@ import keras
 
 from kbert.checkpoints.huggingface import init_encoder
 from kbert.fileio import check_output_folder
+from kbert.hardware import log_dtype
 from kbert.modelfolder import is_model_folder, write_model_folder
 from kbert.tasks import DEFAULT_TASK, get_task, training_bucket_width
 from kbert.text import WordPieceTokenizer, load_vocab
@@ -145,7 +146,9 @@ def finetune(
             (BERT's 0.1); 0 also skips drawing its random mask, the largest
             tensor a step draws one for.
         jit_compile: bool. Compile the train step with XLA.
-        dtype: str. A dtype policy such as "mixed_bfloat16".
+        dtype: str. A dtype policy such as "mixed_bfloat16", or "auto":
+            mixed_bfloat16 where the device multiplies bfloat16 natively,
+            float32 elsewhere (`kbert.hardware`).
         strategy: str. A `tf.distribute` strategy name (see
             `kbert.training.distribute.STRATEGIES`); `batch_size` is global.
         overwrite: bool. Replace `out` if it is a kbert model folder.
@@ -189,6 +192,7 @@ def finetune(
     set_seeds(seed, deterministic)
     strategy = get_strategy(strategy)
     log_batch_sizes(strategy, batch_size)
+    dtype = log_dtype(dtype, log)
     with strategy.scope():
         config, encoder, vocabulary, init_lowercase = init_encoder(
             init, dtype=dtype,
