@@ -77,8 +77,8 @@ RECIPE_OPTIONS = {
 
 def parse_args(argv=None):
     from kbert.cliargs import dropout_rate, fraction, learning_rate, positive_fraction, positive_int
-    from kbert.tasks import TASKS
     from kbert.hardware import resolve_dtype
+    from kbert.tasks import TASKS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="text-classification", choices=list(TASKS))

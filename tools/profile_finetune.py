@@ -56,8 +56,8 @@ def bucket_width_arg(value):
 
 def parse_args(argv=None):
     from kbert.cliargs import positive_int
-    from kbert.tasks import TASKS
     from kbert.hardware import resolve_dtype
+    from kbert.tasks import TASKS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="text-classification", choices=list(TASKS))
