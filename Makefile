@@ -1,5 +1,6 @@
 # The README's two commands: `make run` (fine-tune MiniLM on the embedded Debian
-# package data and print dev figures) and `make test` (the test suite). Each
+# package data and print dev figures) and `make test` (the test suite, less the
+# heavier checks marked `slow`, which `make test-slow` runs; CI runs both). Each
 # creates the virtual environment and installs what it needs when missing.
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,7 +12,7 @@ OUT ?= runs/debian-minilm
 # (tracing, conversion, subprocesses), so two share 2 cores well.
 TEST_WORKERS ?= 2
 
-.PHONY: run test bench install clean
+.PHONY: run test test-slow bench install clean
 
 install: $(STAMP)
 
@@ -31,7 +32,13 @@ run: $(STAMP)
 	$(VENV)/bin/kbert evaluate --model $(OUT) --data data/debian-packages/dev.csv
 
 test: $(STAMP)
-	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile -m "not slow"
+
+# The heavier checks: multi-process runs killed and resumed, every task's full
+# export verified in each runtime, distillation end to end, the real checkpoint
+# against keras-hub, the benchmark tools.
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile -m slow
 
 bench: $(STAMP)
 	$(PY) tools/benchmark.py --task classifier --presets minilm_l6_h384 --seq-lens 128 \

@@ -376,6 +376,7 @@ def answerer(tmp_path_factory, vocab):
     return {"teacher": teacher, "data": str(path), "folder": folder}
 
 
+@pytest.mark.slow
 def test_distill_question_answering(answerer, capsys):
     """A span task: the student learns start and end from the teacher (windows and all), is an
     ordinary model folder, and a question whose answer cannot be found weighs 0 in the gold loss."""
