@@ -35,6 +35,7 @@ _BLOCKED_RUN = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["mlm", "classifier"])
 def test_benchmark_runs_under_jax_without_tensorflow(task, tmp_path):
     command = [

@@ -338,6 +338,7 @@ def test_tflite_int8_has_int8_matmuls(tmp_path):
     assert np.mean(logits["int8"].argmax(-1) == logits["none"].argmax(-1)) >= INT8_MIN_AGREEMENT
 
 
+@pytest.mark.slow
 def test_benchmark_int8_tool(model_folder, tmp_path, capsys):
     """tools/benchmark_int8.py on the tiny model: three files, their figures and timings."""
     tool = load_tool("benchmark_int8")

@@ -528,6 +528,7 @@ def test_benchmark_also_evaluate_takes_the_tasks_options(entry, message, capsys)
     assert f"--also-evaluate {entry}: {message}" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_benchmark_fit_phases_split_a_finetunes_fit(tmp_path):
     """`finetune(callbacks=...)` gives `fit` the caller's callbacks too: the
     benchmark's `FitPhases` sees both epochs' steps and validations, and its
@@ -595,6 +596,7 @@ def test_profile_bucket_width_takes_0_for_random_batches(value, expected, capsys
     )
 
 
+@pytest.mark.slow
 def test_profile_interleave_fits_both_models_on_every_batch(capsys):
     """`tools/profile_finetune.py --interleave`: the variant and the baseline each fit
     the first two widths untimed, then every batch in turn; the ratio is that of
