@@ -31,14 +31,16 @@ run: $(STAMP)
 	  --lr 1e-4 --truncate head_tail --dtype auto --out $(OUT)
 	$(VENV)/bin/kbert evaluate --model $(OUT) --data data/debian-packages/dev.csv
 
-test: $(STAMP)
-	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile -m "not slow"
+PYTEST := $(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile
 
-# The heavier checks: multi-process runs killed and resumed, every task's full
-# export verified in each runtime, distillation end to end, the real checkpoint
-# against keras-hub, the benchmark tools.
+test: $(STAMP)
+	$(PYTEST) -m "not slow"
+
+# The heavier checks: multi-process runs killed and resumed, the full exports
+# of four tasks verified in each runtime, distillation end to end, the real
+# checkpoint against keras-hub, the benchmark tools.
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile -m slow
+	$(PYTEST) -m slow
 
 bench: $(STAMP)
 	$(PY) tools/benchmark.py --task classifier --presets minilm_l6_h384 --seq-lens 128 \
