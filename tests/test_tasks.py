@@ -531,8 +531,8 @@ def test_benchmark_also_evaluate_takes_the_tasks_options(entry, message, capsys)
 @pytest.mark.slow
 def test_benchmark_fit_phases_split_a_finetunes_fit(tmp_path):
     """`finetune(callbacks=...)` gives `fit` the caller's callbacks too: the
-    benchmark's `FitPhases` sees both epochs' steps and validations, and its
-    phases add up to the fit's wall-clock."""
+    benchmark's `FitPhases` sees both epochs' steps and validations, its
+    phases add up to the fit's wall-clock, and it gives each epoch's mean step."""
     from kbert.training.finetune import finetune
     from tests.task_harness import load_tool, minilm_vocabulary
 
@@ -560,6 +560,11 @@ def test_benchmark_fit_phases_split_a_finetunes_fit(tmp_path):
     assert split["rest"] >= -0.2  # each figure rounded to 0.1 s
     assert abs(sum(split.values()) - metrics["train_seconds"]) <= 0.2
     assert abs(phases.mean_step() * (len(phases.steps) - 1) - split["other_steps"]) <= 0.1
+    # Epoch by epoch, the first step (the trace) left out of the first epoch's.
+    by_epoch, half = phases.mean_step_by_epoch(), len(phases.steps) // 2
+    assert phases.epoch_starts == [0, half]
+    assert by_epoch == [round(sum(phases.steps[1:half]) / (half - 1), 4),
+                        round(sum(phases.steps[half:]) / half, 4)]
 
     # `--also-evaluate`: the model evaluated again with other task options,
     # as `kbert evaluate --truncate ...` evaluates it.

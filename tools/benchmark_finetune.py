@@ -21,7 +21,8 @@ regression). Prints one JSON object; `--out FILE` writes it too.
         --impls kbert,kbert:head=cross --seeds 0,1,2
 
 Each run also reports `train_loss`, the mean training loss of its last
-epoch, `mean_step_seconds`, its mean step after the first, and
+epoch, `mean_step_seconds`, its mean step after the first (and
+`mean_step_seconds_by_epoch`, the same epoch by epoch), and
 `fit_phases`: where `fit`'s wall-clock went (`FitPhases`). With keras-hub
 in the run, the report gives kbert's mean `fit` and mean step as fractions
 of keras-hub's.
@@ -190,7 +191,10 @@ def fit_phases_callback():
 
         def __init__(self):
             super().__init__()
-            self.steps, self.validation = [], 0.0
+            self.steps, self.epoch_starts, self.validation = [], [], 0.0
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch_starts.append(len(self.steps))
 
         def on_train_batch_begin(self, batch, logs=None):
             self._step = time.perf_counter()
@@ -208,6 +212,14 @@ def fit_phases_callback():
             """Seconds of a step after the first: what the two libraries' steps compare by."""
             others = self.steps[1:]
             return round(sum(others) / len(others), 4) if others else None
+
+        def mean_step_by_epoch(self):
+            """`mean_step` epoch by epoch: whether steps slow down as `fit` goes on."""
+            means = []
+            for start, end in zip(self.epoch_starts, self.epoch_starts[1:] + [len(self.steps)]):
+                steps = self.steps[max(start, 1):end]
+                means.append(round(sum(steps) / len(steps), 4) if steps else None)
+            return means
 
         def phases(self, fit_seconds):
             steps = sum(self.steps[1:])
@@ -244,6 +256,7 @@ def run_kbert(args, seed, work, impl="kbert"):
         **get_task(args.task).summary(metrics), "fit_seconds": metrics["train_seconds"],
         "train_loss": round(metrics["history"]["loss"][-1], 4),
         "mean_step_seconds": phases.mean_step(),
+        "mean_step_seconds_by_epoch": phases.mean_step_by_epoch(),
         "fit_phases": phases.phases(metrics["train_seconds"]),
         **({"also_evaluated": evaluate_with(args, folder)} if args.also_evaluate else {}),
     }
@@ -342,6 +355,7 @@ def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
         **task.summary(metrics), "fit_seconds": round(seconds, 1),
         "train_loss": round(history.history["loss"][-1], 4),
         "mean_step_seconds": phases.mean_step(),
+        "mean_step_seconds_by_epoch": phases.mean_step_by_epoch(),
         "fit_phases": phases.phases(seconds),
     }
 
