@@ -565,6 +565,10 @@ def test_benchmark_fit_phases_split_a_finetunes_fit(tmp_path):
     assert phases.epoch_starts == [0, half]
     assert by_epoch == [round(sum(phases.steps[1:half]) / (half - 1), 4),
                         round(sum(phases.steps[half:]) / half, 4)]
+    assert phases.report(metrics["train_seconds"]) == {
+        "mean_step_seconds": phases.mean_step(), "mean_step_seconds_by_epoch": by_epoch,
+        "fit_phases": split,
+    }
 
     # `--also-evaluate`: the model evaluated again with other task options,
     # as `kbert evaluate --truncate ...` evaluates it.

@@ -208,18 +208,27 @@ def fit_phases_callback():
         def on_test_end(self, logs=None):
             self.validation += time.perf_counter() - self._test
 
+        @staticmethod
+        def _mean(steps):
+            return round(sum(steps) / len(steps), 4) if steps else None
+
         def mean_step(self):
             """Seconds of a step after the first: what the two libraries' steps compare by."""
-            others = self.steps[1:]
-            return round(sum(others) / len(others), 4) if others else None
+            return self._mean(self.steps[1:])
 
         def mean_step_by_epoch(self):
             """`mean_step` epoch by epoch: whether steps slow down as `fit` goes on."""
-            means = []
-            for start, end in zip(self.epoch_starts, self.epoch_starts[1:] + [len(self.steps)]):
-                steps = self.steps[max(start, 1):end]
-                means.append(round(sum(steps) / len(steps), 4) if steps else None)
-            return means
+            ends = self.epoch_starts[1:] + [len(self.steps)]
+            return [self._mean(self.steps[max(start, 1):end])
+                    for start, end in zip(self.epoch_starts, ends)]
+
+        def report(self, fit_seconds):
+            """The step figures of a run's report, for either library."""
+            return {
+                "mean_step_seconds": self.mean_step(),
+                "mean_step_seconds_by_epoch": self.mean_step_by_epoch(),
+                "fit_phases": self.phases(fit_seconds),
+            }
 
         def phases(self, fit_seconds):
             steps = sum(self.steps[1:])
@@ -255,9 +264,7 @@ def run_kbert(args, seed, work, impl="kbert"):
     return {
         **get_task(args.task).summary(metrics), "fit_seconds": metrics["train_seconds"],
         "train_loss": round(metrics["history"]["loss"][-1], 4),
-        "mean_step_seconds": phases.mean_step(),
-        "mean_step_seconds_by_epoch": phases.mean_step_by_epoch(),
-        "fit_phases": phases.phases(metrics["train_seconds"]),
+        **phases.report(metrics["train_seconds"]),
         **({"also_evaluated": evaluate_with(args, folder)} if args.also_evaluate else {}),
     }
 
@@ -354,9 +361,7 @@ def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
     return {
         **task.summary(metrics), "fit_seconds": round(seconds, 1),
         "train_loss": round(history.history["loss"][-1], 4),
-        "mean_step_seconds": phases.mean_step(),
-        "mean_step_seconds_by_epoch": phases.mean_step_by_epoch(),
-        "fit_phases": phases.phases(seconds),
+        **phases.report(seconds),
     }
 
 
