@@ -251,6 +251,28 @@ def test_mixed_precision_model_is_held_to_its_float32_twin(tmp_path):
     assert "as trained (bfloat16 compute)" in verify.markdown_report(report)
 
 
+def test_every_on_device_kind_a_task_names_has_a_writer():
+    """`kbert export --formats mediapipe` finds a writer for each task that names an on-device kind."""
+    from kbert.export import on_device
+
+    kinds = {task.mediapipe for task in TASKS.values() if task.mediapipe}
+    assert kinds == set(on_device.EXPORTERS)
+    for name, task in TASKS.items():
+        assert ("mediapipe" in options.task_formats(task)) == bool(task.mediapipe), name
+
+
+def test_on_device_export_refuses_a_task_without_a_file(tmp_path):
+    """A task that no on-device runtime runs gets a one-line error naming it, and nothing is written."""
+    from kbert.export import on_device
+    from kbert.modelfolder import ModelFolder
+
+    folder = ModelFolder.load(write_task_folder(tmp_path / "model", "text-pair-regression", {}, TINY))
+    out = tmp_path / "mediapipe"
+    with pytest.raises(ValueError, match="task 'text-pair-regression' has no MediaPipe file; kinds: "):
+        on_device.export_for_task(folder, str(out), examples=[], reference={})
+    assert not out.exists()
+
+
 def test_report_markdown():
     entry = {
         "path": "tflite/model_int8.tflite", "format": "tflite", "quantization": "int8", "input": "tokens",

@@ -13,8 +13,10 @@ task's dev data, by the task's own figure:
                           calibration="data/debian-packages/train.csv")
 
 Modules: `graph` (the converter-friendly forward pass), `savedmodel`,
-`tflite`, `onnx`, `mediapipe` (with `mediapipe_env` and `mediapipe_worker`:
-MediaPipe's tools in their own environment), `verify` (latency, report),
+`tflite`, `onnx`, `on_device` (a task's on-device files: `mediapipe`,
+`token_classifier`, `question_answerer`, with `mediapipe_env` and
+`mediapipe_worker`: MediaPipe's tools in their own environment), `verify`
+(latency, report),
 `exporter` (the whole run), `options` (names and defaults), `cli` (the
 `kbert export` subcommand).
 TensorFlow is imported on first use of `export_model`, so `kbert.export.cli`

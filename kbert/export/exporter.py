@@ -351,10 +351,10 @@ def _export(folder, staging, scratch, name, plan, examples, calibration_set, thr
             )
 
     if "mediapipe" in formats:
-        from kbert.export import mediapipe
+        from kbert.export import mediapipe, on_device
 
         log("MediaPipe: writing the file with MediaPipe's metadata and running it")
-        for entry in mediapipe.export_for_task(
+        for entry in on_device.export_for_task(
             folder, os.path.join(staging, mediapipe.FOLDER), examples, reference, cache_dir
         ):
             entry.update(judged(predictions=entry.pop("predictions")))

@@ -1,8 +1,8 @@
 """`.tflite` files that MediaPipe's `TextClassifier` and `TextEmbedder` run on raw text.
 
 `kbert export` writes them into `OUT/mediapipe/` for tasks whose
-`Task.mediapipe` is one of `EXPORTERS` ("text_classifier", "text_embedder"),
-and verifies them with MediaPipe itself. The classifier's contract:
+`Task.mediapipe` is "text_classifier" or "text_embedder"
+(`kbert.export.on_device`), and verifies them with MediaPipe itself. The classifier's contract:
 MediaPipe (and the TFLite Task Library's `BertNLClassifier`) tokenize the text
 themselves and feed a BERT model whose file carries the vocabulary and labels in
 its metadata. What the runtime relies on, and what `check_contract` tests:
@@ -73,30 +73,6 @@ _WORKER_COMMANDS = {
 }
 
 
-def export_for_task(folder, out, examples, reference, cache_dir=None):
-    """Writes the on-device files of the task's MediaPipe kind into `out`, and runs them.
-
-    Args:
-        folder: `kbert.modelfolder.ModelFolder` whose `task.mediapipe` is one
-            of `EXPORTERS`.
-        out: str. A new folder.
-        examples: the task's examples to run the runtimes on.
-        reference: dict. The float32 Keras model's outputs on `examples`.
-        cache_dir: str. Where the tools' environments live.
-
-    Returns:
-        list of report entries (unjudged), one per file: `path`, `format`,
-        `quantization`, `input`, `max_abs_diff`, `predictions` (in the task's
-        prediction format, for its metrics), `latency`, and what the kind adds.
-    """
-    kind = folder.task.mediapipe
-    if kind not in EXPORTERS:
-        raise ValueError(
-            f"task {folder.task.name!r} has no MediaPipe file; kinds: {', '.join(EXPORTERS)}"
-        )
-    return EXPORTERS[kind](folder, out, examples, reference, cache_dir)
-
-
 def export_text_classifier(folder, out, examples, reference, cache_dir=None, task_library=True):
     """Writes a classifier's files for the on-device runtimes into `out`, and runs them.
 
@@ -150,18 +126,6 @@ def export_text_classifier(folder, out, examples, reference, cache_dir=None, tas
             "predictions": probs,
         })
     return entries
-
-
-def export_token_classifier(folder, out, examples, reference, cache_dir=None):
-    """`kbert.export.token_classifier.export_token_classifier` (imported when used)."""
-    from kbert.export.token_classifier import export_token_classifier as export
-
-    return export(folder, out, examples, reference, cache_dir)
-def export_question_answerer(folder, out, examples, reference, cache_dir=None):
-    """`kbert.export.question_answerer.export_bert_question_answerer` (imported when used)."""
-    from kbert.export.question_answerer import export_bert_question_answerer
-
-    return export_bert_question_answerer(folder, out, examples, reference, cache_dir)
 
 
 def _runtime_entry(path, runtime, contract, times, tokenization):
@@ -225,17 +189,6 @@ def export_text_embedder(folder, out, examples, reference, cache_dir=None):
         "min_cosine_all_texts": task.agreement({output: vectors}, {output: expected}).get("min_cosine"),
         "predictions": task.decode(examples, encoded, {output: vectors}),
     }]
-
-
-# The on-device file writers, by the kind a task names in `Task.mediapipe`:
-# each writes its files into a new folder, runs them with the runtime that
-# serves them, and returns report entries.
-EXPORTERS = {
-    "text_classifier": export_text_classifier,
-    "token_classifier": export_token_classifier,
-    "bert_question_answerer": export_question_answerer,
-    "text_embedder": export_text_embedder,
-}
 
 
 def write_text_embedder(model, vocabulary, sequence_length, task, path, cache_dir=None):

@@ -1,0 +1,43 @@
+"""The on-device files of a task: the writer its `Task.mediapipe` kind names.
+
+Each writer writes its files into a new folder, runs them with the runtime
+that serves them, and returns report entries: MediaPipe's `TextClassifier`
+and `TextEmbedder` (`kbert.export.mediapipe`), the TFLite Task Library's
+`BertQuestionAnswerer` (`kbert.export.question_answerer`), and token
+classifiers run by the LiteRT interpreter (`kbert.export.token_classifier`).
+This module sits above the three, which share `kbert.export.mediapipe`'s
+metadata and contract helpers.
+"""
+
+from kbert.export import mediapipe, question_answerer, token_classifier
+
+EXPORTERS = {
+    "text_classifier": mediapipe.export_text_classifier,
+    "token_classifier": token_classifier.export_token_classifier,
+    "bert_question_answerer": question_answerer.export_bert_question_answerer,
+    "text_embedder": mediapipe.export_text_embedder,
+}
+
+
+def export_for_task(folder, out, examples, reference, cache_dir=None):
+    """Writes the on-device files of the task's kind into `out`, and runs them.
+
+    Args:
+        folder: `kbert.modelfolder.ModelFolder` whose `task.mediapipe` is one
+            of `EXPORTERS`.
+        out: str. A new folder.
+        examples: the task's examples to run the runtimes on.
+        reference: dict. The float32 Keras model's outputs on `examples`.
+        cache_dir: str. Where the tools' environments live.
+
+    Returns:
+        list of report entries (unjudged), one per file: `path`, `format`,
+        `quantization`, `input`, `max_abs_diff`, `predictions` (in the task's
+        prediction format, for its metrics), `latency`, and what the kind adds.
+    """
+    kind = folder.task.mediapipe
+    if kind not in EXPORTERS:
+        raise ValueError(
+            f"task {folder.task.name!r} has no MediaPipe file; kinds: {', '.join(EXPORTERS)}"
+        )
+    return EXPORTERS[kind](folder, out, examples, reference, cache_dir)
