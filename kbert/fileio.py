@@ -11,6 +11,13 @@ Rules, as git and pip keep them:
   the whole new one. A run killed half-way leaves a staging folder that the
   next run for the same output removes (it is kbert's own and marked with its
   owner's process id).
+- Every folder kbert writes lists its files in `MANIFEST_FILE`; `overwrite`
+  replaces a folder only when it holds nothing else (`foreign_entries`), so a
+  note or an export the user added inside is never deleted with it. Folders
+  written before the manifest count the names their kind always writes
+  (`known_names`) as kbert's.
+- An output is never one of the command's inputs, inside one, or a folder
+  holding one (`check_distinct`).
 - Everything written honours the user's umask.
 """
 
@@ -24,9 +31,45 @@ import tempfile
 # A staging folder's owner file: which process on which host writes it.
 OWNER_FILE = ".kbert-owner"
 STAGING_PREFIX = ".kbert-staging-"
+# The list of what kbert wrote in a folder: what `overwrite` may replace.
+MANIFEST_FILE = ".kbert-manifest.json"
+MANIFEST_FORMAT = "kbert-manifest"
+# Foreign entries named in a refusal, at most.
+NAMED_AT_MOST = 3
 
 
-def check_output_folder(out, what, is_ours, overwrite=False):
+def decode_utf8(data, path, expected="UTF-8 text", first_line=1):
+    """`data`, bytes read from `path`, as text.
+
+    Raises:
+        ValueError: one line naming the file, the line (counted from
+            `first_line`) and the byte that is not UTF-8, and `expected`.
+    """
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = first_line + data[: error.start].count(b"\n")
+        raise ValueError(
+            f"{path}, line {line}: byte 0x{data[error.start]:02x} is not UTF-8; expected {expected}"
+        ) from None
+
+
+def read_json(path, remedy=""):
+    """The JSON value held in the UTF-8 file `path`.
+
+    Raises:
+        ValueError: one line naming the file, what is wrong, then `remedy`
+            (e.g. "; write the records again with --overwrite").
+    """
+    with open(path, "rb") as f:
+        text = decode_utf8(f.read(), path, f"UTF-8 JSON{remedy}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON ({error}){remedy}") from None
+
+
+def check_output_folder(out, what, is_ours, overwrite=False, known_names=()):
     """Refuses an output folder kbert may not write, before any work starts.
 
     Args:
@@ -35,12 +78,15 @@ def check_output_folder(out, what, is_ours, overwrite=False):
         is_ours: callable(path) -> bool. Whether an existing folder is a kbert
             folder of this kind.
         overwrite: bool. Whether a kbert folder of this kind may be replaced.
+        known_names: names a folder of this kind written before the manifest
+            holds (`foreign_entries`).
 
     Raises:
         ValueError: one line naming `out` and what is wrong: a name that is no
             folder name, a file in the way, a folder of the user's, kbert's own
-            without `overwrite`, a folder that holds the current one, or a
-            parent that is a file or cannot be written.
+            without `overwrite` or holding files kbert did not write, a folder
+            that holds the current one, or a parent that is a file or cannot
+            be written.
     """
     if not out or os.path.basename(os.path.normpath(out)) in ("", ".", ".."):
         raise ValueError(f"--out {out!r}: expected the path of a new {what} folder")
@@ -58,6 +104,12 @@ def check_output_folder(out, what, is_ours, overwrite=False):
             )
         if not overwrite:
             raise ValueError(f"--out {out} holds a kbert {what} folder; pass --overwrite to replace it")
+        foreign = foreign_entries(path, known_names)
+        if foreign:
+            raise ValueError(
+                f"--out {out} holds {_name_some(foreign)}, which kbert did not write; --overwrite "
+                f"replaces only kbert's own files: move them out of the folder, or choose a new --out"
+            )
     ancestor = os.path.dirname(path)
     while not os.path.exists(ancestor):
         ancestor = os.path.dirname(ancestor)
@@ -67,14 +119,97 @@ def check_output_folder(out, what, is_ours, overwrite=False):
         raise ValueError(f"--out {out}: cannot write in {ancestor} (permission denied)")
 
 
+def foreign_entries(folder, known_names=()):
+    """The paths in `folder` (relative, sorted) that kbert did not write there.
+
+    What kbert wrote is what the folder's manifest lists; a folder without one
+    (written before manifests) is kbert's where its top-level names are among
+    `known_names` (a known sub-folder counts whole). A manifest that cannot be
+    read counts nothing as kbert's.
+    """
+    listed = read_manifest(folder)
+    if listed is None:
+        return sorted(name for name in os.listdir(folder) if name not in set(known_names) | {MANIFEST_FILE})
+    foreign = []
+    for root, dirs, files in os.walk(folder):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            relative = os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
+            if relative != MANIFEST_FILE and relative not in listed:
+                foreign.append(relative)
+    return sorted(foreign)
+
+
+def read_manifest(folder):
+    """The set of files the manifest of `folder` lists; None without a manifest, empty if unreadable."""
+    path = os.path.join(folder, MANIFEST_FILE)
+    if not os.path.lexists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+        return {str(name) for name in manifest["files"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def write_manifest(folder):
+    """Lists every file under `folder` (relative paths) in its manifest."""
+    files = sorted(
+        os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
+        for root, _, names in os.walk(folder)
+        for name in names
+        if name not in (MANIFEST_FILE, OWNER_FILE) or root != folder
+    )
+    with open(os.path.join(folder, MANIFEST_FILE), "w", encoding="utf-8") as f:
+        json.dump({"format": MANIFEST_FORMAT, "files": files}, f, indent=1)
+
+
+def check_distinct(outputs, inputs):
+    """Refuses, before any work, an output that is an input, inside an input folder, or holds one.
+
+    Args:
+        outputs, inputs: dict. Option (e.g. "--out") -> path, or None where not
+            given; an input that does not exist (a preset name, a glob) is
+            skipped.
+
+    Raises:
+        ValueError: one line naming both options and paths.
+    """
+    for out_flag, out in outputs.items():
+        if not out:
+            continue
+        out_path = os.path.realpath(out)
+        for in_flag, given in inputs.items():
+            if not given or not os.path.exists(given):
+                continue
+            in_path = os.path.realpath(given)
+            if in_path == out_path or (os.path.exists(out) and os.path.samefile(given, out)):  # a hard link too
+                raise ValueError(f"{out_flag} {out} is {in_flag} {given}, which this command reads; choose another {out_flag}")
+            if os.path.isdir(in_path) and os.path.commonpath([in_path, out_path]) == in_path:
+                raise ValueError(
+                    f"{out_flag} {out} is inside {in_flag} {given}, which this command reads; "
+                    f"choose a {out_flag} outside it"
+                )
+            if os.path.commonpath([in_path, out_path]) == out_path:
+                raise ValueError(
+                    f"{out_flag} {out} holds {in_flag} {given}, which this command reads; choose another {out_flag}"
+                )
+
+
+def _name_some(paths):
+    named = ", ".join(paths[:NAMED_AT_MOST])
+    return named + (f" and {len(paths) - NAMED_AT_MOST} more" if len(paths) > NAMED_AT_MOST else "")
+
+
 @contextlib.contextmanager
-def staged_folder(out, is_ours, overwrite=False, what="output"):
+def staged_folder(out, is_ours, overwrite=False, what="output", known_names=()):
     """Yields a new folder beside `out`; renames it to `out` if the block succeeds.
 
-    The staging folder is removed if the block fails (or is interrupted). An
-    older `out` is replaced only if `is_ours(out)` and `overwrite`, checked
-    again at the end; it is renamed aside first and removed only once the new
-    folder is in place.
+    The staging folder is removed if the block fails (or is interrupted). Its
+    files are listed in its manifest (`MANIFEST_FILE`). An older `out` is
+    replaced only if `is_ours(out)`, `overwrite` and it holds nothing kbert
+    did not write, checked again at the end; it is renamed aside first and
+    removed only once the new folder is in place.
     """
     parent = os.path.dirname(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
@@ -85,8 +220,9 @@ def staged_folder(out, is_ours, overwrite=False, what="output"):
             json.dump({"pid": os.getpid(), "host": socket.gethostname()}, f)
         yield staging
         os.remove(os.path.join(staging, OWNER_FILE))
+        write_manifest(staging)
         os.chmod(staging, 0o777 & ~current_umask())
-        check_output_folder(out, what, is_ours, overwrite)
+        check_output_folder(out, what, is_ours, overwrite, known_names)
         replace_folder(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

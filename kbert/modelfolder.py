@@ -6,6 +6,7 @@
 | `vocab.txt` | the WordPiece vocabulary |
 | `kbert.json` | `task`, `task_settings` (e.g. label names), `bert_config`, `sequence_length`, `lowercase`, how it was trained |
 | `metrics.json` | dev figures and the training curve |
+| `.kbert-manifest.json` | the files kbert wrote: what `--overwrite` may replace (`kbert.fileio`) |
 
 Folders written before tasks existed have no `task` in `kbert.json` and keep
 their label names in `labels.json`; they load as `text-classification`.
@@ -24,7 +25,7 @@ import json
 import os
 
 from kbert.config import ENCODER_INPUTS, BertConfig
-from kbert.fileio import staged_folder
+from kbert.fileio import check_distinct, check_output_folder, read_json, staged_folder
 from kbert.tasks import DEFAULT_TASK, TASKS, get_task
 
 MODEL_FILE = "model.keras"
@@ -34,6 +35,9 @@ METRICS_FILE = "metrics.json"
 # Where folders of the first format kept their label names.
 LEGACY_LABELS_FILE = "labels.json"
 FORMAT = "kbert-model"
+# What a model folder written before manifests holds: kbert's own names
+# (`kbert.fileio.foreign_entries`); anything else in it is the user's.
+MODEL_FOLDER_NAMES = (MODEL_FILE, VOCAB_FILE, SETTINGS_FILE, METRICS_FILE, LEGACY_LABELS_FILE)
 # Rows per `predict_on_batch` call at inference.
 BATCH_SIZE = 64
 # The longest input of a pretrained checkpoint that does not say its own
@@ -54,6 +58,20 @@ def is_model_folder(path):
         return False
 
 
+def check_model_out(out, overwrite, inputs):
+    """Refuses, before any work, a model folder `out` that kbert may not write.
+
+    Args:
+        out: str. The model folder to write.
+        overwrite: bool. Whether an earlier kbert model folder may be replaced
+            (only when it holds nothing but kbert's files).
+        inputs: dict. Option -> path the command reads: `out` may be none of
+            them, inside none, and hold none.
+    """
+    check_distinct({"--out": out}, inputs)
+    check_output_folder(out, "model", is_model_folder, overwrite, MODEL_FOLDER_NAMES)
+
+
 def write_model_folder(out, model, vocabulary, task, settings, metrics, overwrite=False):
     """Writes a model folder: staged beside `out`, then renamed into place.
 
@@ -70,7 +88,7 @@ def write_model_folder(out, model, vocabulary, task, settings, metrics, overwrit
     from kbert.text import save_vocab
 
     content = {"format": FORMAT, "task": task.name, "task_settings": task.settings(), **settings}
-    with staged_folder(out, is_model_folder, overwrite, what="model") as staging:
+    with staged_folder(out, is_model_folder, overwrite, what="model", known_names=MODEL_FOLDER_NAMES) as staging:
         model.save(os.path.join(staging, MODEL_FILE))
         save_vocab(vocabulary, os.path.join(staging, VOCAB_FILE))
         for name, value in ((SETTINGS_FILE, content), (METRICS_FILE, metrics)):
@@ -296,6 +314,13 @@ def open_model(model, task=None, options=None, sequence_length=None):
     Raises:
         ValueError: one line naming `model` and what is wrong.
     """
+    if task is not None and is_model_folder(model):
+        stored = _stored_task(model)
+        if stored != task and get_task(task).trainable:
+            raise ValueError(
+                f"--task {task} does not match --model {model}, a {stored} model folder: "
+                f"omit --task, or pass a {task} model folder"
+            )
     if task is not None and not (is_model_folder(model) and _stored_task(model) == task):
         return ModelFolder.from_pretrained(model, task, options, sequence_length)
     try:
@@ -318,11 +343,7 @@ def _stored_task(folder):
 
 
 def _read_settings(folder, path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            settings = json.load(f)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is not valid JSON ({error})") from None
+    settings = read_json(path)
     if not isinstance(settings, dict):
         raise ValueError(f"{path} holds {type(settings).__name__}; expected a JSON object")
     if "task" not in settings:  # the first format: a text classifier

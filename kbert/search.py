@@ -32,6 +32,8 @@ import zipfile
 
 import numpy as np
 
+from kbert.fileio import decode_utf8
+
 INDEX_FORMAT = "kbert-index"
 INDEX_VERSION = 1
 # Corpus texts embedded per call; a progress line is written between chunks.
@@ -90,14 +92,16 @@ def read_corpus(path, column=None):
     opener = gzip.open if path.endswith(".gz") else open
     texts, lines = [], []
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                text = line.rstrip("\r\n")
+        with opener(path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                text = decode_utf8(raw, path, first_line=number).rstrip("\r\n")
+                if number == 1:
+                    text = text.removeprefix("\ufeff")
                 if text.strip():
                     texts.append(text)
                     lines.append(number)
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}, line {len(lines) + 1} or after: not UTF-8 ({error.reason})") from None
+    except (OSError, EOFError) as error:  # a damaged .gz
+        raise ValueError(f"{path} cannot be read ({error}); expected a text file, one text a line") from None
     if not texts:
         raise ValueError(f"{path} holds no texts")
     return texts, lines
@@ -172,6 +176,16 @@ def build_index(folder, texts, lines, path, corpus, batch_size=64, log=None):
     }
 
 
+def is_index(path):
+    """Whether `path` is a kbert index file (what `build_index` writes, any version)."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            meta = json.loads(archive["meta"].tobytes().decode("utf-8"))
+        return isinstance(meta, dict) and meta.get("format") == INDEX_FORMAT
+    except Exception:  # noqa: BLE001  (NumPy and zipfile raise many types for other files)
+        return False
+
+
 def load_index(path):
     """Reads an index file; `ValueError` naming it if it is not one this version wrote."""
     if not os.path.isfile(path):
@@ -185,15 +199,21 @@ def load_index(path):
                 raise ValueError(f"{path} is not a kbert index: {', '.join(missing)} missing")
             arrays = {name: archive[name] for name in _ARRAYS}
         meta = json.loads(arrays.pop("meta").tobytes().decode("utf-8"))
-    except (OSError, EOFError, ValueError, UnicodeDecodeError) as error:
+    except (OSError, EOFError, ValueError, UnicodeDecodeError, zipfile.BadZipFile, KeyError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         if reason.startswith(path):
             raise ValueError(reason) from None
-        raise ValueError(f"{path} is not a kbert index (truncated or another file?): {reason}") from None
+        raise ValueError(
+            f"{path} is not a readable kbert index (damaged or truncated?): {reason}; "
+            "build it again with --corpus"
+        ) from None
     if not isinstance(meta, dict) or meta.get("format") != INDEX_FORMAT:
         raise ValueError(f"{path} is not a kbert index")
     if meta.get("version") != INDEX_VERSION:
         raise ValueError(f"{path} is a kbert index of version {meta.get('version')}; this kbert reads {INDEX_VERSION}")
+    missing = [key for key in ("model", "task", "task_settings", "sequence_length", "count", "dimension") if key not in meta]
+    if missing:
+        raise ValueError(f"{path} is a damaged kbert index: its metadata lacks {', '.join(missing)}; build it again with --corpus")
     count, embeddings = meta["count"], arrays["embeddings"]
     if embeddings.shape != (count, meta["dimension"]) or len(arrays["text_offsets"]) != count + 1:
         raise ValueError(f"{path}: its arrays do not hold the {count} texts its metadata names")
@@ -216,6 +236,11 @@ def index_model(index, path, model=None):
     from kbert.modelfolder import open_model
 
     meta = index.meta
+    if model is None and not os.path.exists(meta["model"]) and os.path.isabs(meta["model"]):
+        raise ValueError(
+            f"{path}: the index's model {meta['model']} is missing: pass --model, the model folder "
+            "or checkpoint that built the index"
+        )
     folder = open_model(model or meta["model"], meta["task"], meta["task_settings"], meta["sequence_length"])
     cosine = float(np.dot(unit_rows(folder.embed([index.text(0)]))[0], index.embeddings[0]))
     if cosine < SAME_MODEL_COSINE:

@@ -16,6 +16,8 @@ import csv
 import io
 import os
 
+from kbert.fileio import decode_utf8
+
 # Delimiters by file extension; anything else is read as CSV.
 DELIMITERS = {".tsv": "\t", ".csv": ","}
 
@@ -103,13 +105,5 @@ def read_text(path):
     if not os.path.isfile(path):
         raise ValueError(f"{path}: no such file")
     with open(path, "rb") as f:
-        content = f.read()
-    try:
-        text = content.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = content[: error.start].count(b"\n") + 1
-        raise ValueError(
-            f"{path}, line {line}: byte {content[error.start]:#04x} is not UTF-8; "
-            "expected a UTF-8 text file"
-        ) from None
+        text = decode_utf8(f.read(), path, "a UTF-8 text file")
     return text[1:] if text.startswith("\ufeff") else text

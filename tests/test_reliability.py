@@ -147,10 +147,11 @@ def test_replacing_a_kbert_folder_needs_overwrite(tmp_path):
     ours.mkdir()
     (ours / "kbert.json").write_text(json.dumps({"bert_config": {}}))
     is_ours = lambda path: os.path.isfile(os.path.join(path, "kbert.json"))  # noqa: E731
+    known = ["kbert.json"]  # a folder of before manifests: kbert's by its known names
     with pytest.raises(ValueError, match="pass --overwrite to replace it"):
-        fileio.check_output_folder(str(ours), "model", is_ours)
-    fileio.check_output_folder(str(ours), "model", is_ours, overwrite=True)
-    with fileio.staged_folder(str(ours), is_ours, overwrite=True) as staging:
+        fileio.check_output_folder(str(ours), "model", is_ours, known_names=known)
+    fileio.check_output_folder(str(ours), "model", is_ours, overwrite=True, known_names=known)
+    with fileio.staged_folder(str(ours), is_ours, overwrite=True, known_names=known) as staging:
         (tmp_path / staging / "kbert.json").write_text("{}")
     assert json.loads((ours / "kbert.json").read_text()) == {}
     assert sorted(os.listdir(tmp_path)) == ["model"]
@@ -342,9 +343,12 @@ def test_output_files_are_not_overwritten_without_overwrite(tmp_path, capsys):
     users = tmp_path / "embeddings.npy"
     users.write_bytes(b"the user's own array")
     err = error_of(["embed", "--model", "all-minilm-l6-v2", "--input", str(texts), "--output", str(users)], capsys)
-    assert "embeddings.npy exists; pass --overwrite to replace it" in err
+    assert "embeddings.npy exists and is not a .npy array file; kbert replaces only its own files" in err
     assert users.read_bytes() == b"the user's own array"
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("mine\n")
     err = error_of(["vocab", "--corpus", str(texts), "--size", "10", "--out", str(vocab)], capsys)
-    assert "vocab.txt exists; pass --overwrite" in err and vocab.read_text() == "mine\n"
+    assert "vocab.txt exists and is not a WordPiece vocabulary" in err and vocab.read_text() == "mine\n"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")  # kbert's kind: --overwrite replaces it
+    err = error_of(["vocab", "--corpus", str(texts), "--size", "10", "--out", str(vocab)], capsys)
+    assert "vocab.txt exists; pass --overwrite" in err

@@ -89,8 +89,9 @@ def prepare(train, dev, init, out, overwrite=False):
     """Writes `out` aside and renames it into place; refuses a folder `prepare` did not write."""
     from kbert.fileio import check_output_folder, staged_folder
 
-    check_output_folder(out, "recipe-sweep data", is_prepared, overwrite)
-    with staged_folder(out, is_prepared, overwrite, what="recipe-sweep data") as staging:
+    known = (META_FILE, DATA_FILE, HIGH_FILE, LOW_FILE)  # what a folder of before manifests holds
+    check_output_folder(out, "recipe-sweep data", is_prepared, overwrite, known)
+    with staged_folder(out, is_prepared, overwrite, what="recipe-sweep data", known_names=known) as staging:
         summary = _prepare(train, dev, init, staging)
     print(json.dumps({"out": out, **summary}))
 

@@ -12,6 +12,7 @@ Output folder (written aside under a temporary name, renamed at the end):
 | `vocab.txt` and the task's files (`labels.txt`) | what a client of the token models needs |
 | `rest_example.json`, `rest_example.md` | a TF Serving REST predict request and its response (the .md keeps TF Serving's number formatting) |
 | `report.json`, `report.md` | the verification report (`kbert.export.verify`) |
+| `.kbert-manifest.json` | the files kbert wrote: what `--overwrite` may replace (`kbert.fileio`) |
 
 Every artefact runs on the same examples as the Keras model; the task says
 what it must reproduce and what a quantized one may lose (`Task.judge`).
@@ -38,10 +39,16 @@ from kbert.export.options import (
     parse_names,
     task_formats,
 )
-from kbert.fileio import check_output_folder, staged_folder
+from kbert.fileio import check_distinct, check_output_folder, staged_folder
 from kbert.modelfolder import open_model
 from kbert.text import save_vocab
 
+# What an export folder written before manifests holds: kbert's own names
+# (`kbert.fileio.foreign_entries`; a sub-folder counts whole).
+EXPORT_FOLDER_NAMES = (
+    "1", savedmodel.MODELS_CONFIG, "tflite", "onnx", "mediapipe", savedmodel.VOCAB_ASSET, "labels.txt",
+    "rest_example.json", "rest_example.md", REPORT_FILE, "report.md",
+)
 # Examples in the REST example.
 REST_EXAMPLES = 2
 BATCH_SIZE = 64
@@ -109,7 +116,8 @@ def export_model(
     name = os.path.basename(os.path.normpath(out))
     if not name or name in (".", ".."):
         raise ValueError(f"out={out!r}; expected a folder path whose base name names the model")
-    check_output_folder(out, "export", is_export_folder, overwrite)
+    check_distinct({"--out": out}, {"--model": model_dir, "--data": data, "--calibration": calibration})
+    check_output_folder(out, "export", is_export_folder, overwrite, EXPORT_FOLDER_NAMES)
 
     folder = _load_model_folder(model_dir, task, options, sequence_length)
     task = folder.task
@@ -142,7 +150,7 @@ def export_model(
         calibration_set = task.read(calibration or data, options, targets=False)[:calibration_examples]
     _set_tf_threads(threads)
 
-    with staged_folder(out, is_export_folder, overwrite, what="export") as staging:
+    with staged_folder(out, is_export_folder, overwrite, what="export", known_names=EXPORT_FOLDER_NAMES) as staging:
         scratch = os.path.join(staging, ".scratch")
         os.makedirs(scratch)
         report = _export(

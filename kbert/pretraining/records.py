@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import random
 
+from kbert.fileio import read_json
 from kbert.pretraining.corpus import read_documents
 from kbert.pretraining.instances import (
     DEFAULT_RANDOM_SEED,
@@ -275,13 +276,21 @@ def _run(tasks, num_workers, progress):
         else:
             # "spawn": forking a process that already runs TensorFlow can hang.
             context = multiprocessing.get_context("spawn")
-            with context.Pool(min(num_workers, len(tasks))) as pool:
+            # Workers ignore Ctrl-C (a terminal sends it to them too): the
+            # parent alone reports it, and the pool's exit stops them.
+            with context.Pool(min(num_workers, len(tasks)), initializer=_ignore_interrupts) as pool:
                 for result in pool.imap_unordered(_write_shard, tasks):
                     results.append(result)
                     bar.update()
     finally:
         bar.close()
     return results
+
+
+def _ignore_interrupts():
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _write_json_atomically(values, path):
@@ -296,8 +305,10 @@ def read_metadata(output_dir):
     path = os.path.join(output_dir, METADATA_FILE)
     if not os.path.isfile(path):
         raise ValueError(f"{path} not found; expected a folder from write_pretraining_data")
-    with open(path) as f:
-        return json.load(f)
+    metadata = read_json(path, "; write the records again with --overwrite")
+    if not isinstance(metadata, dict):
+        raise ValueError(f"{path} holds {type(metadata).__name__}; expected the JSON object pretraining-data writes")
+    return metadata
 
 
 def _record_files(record_glob):

@@ -2,7 +2,7 @@
 
 import os
 
-from kbert.fileio import write_file
+from kbert.fileio import decode_utf8, write_file
 
 # The special tokens of BERT's vocabularies (google-research/bert and Hugging Face).
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -33,8 +33,8 @@ def load_vocab(path):
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Vocabulary file {path!r} does not exist.")
-    with open(path, encoding="utf-8", newline="") as f:
-        text = f.read()
+    with open(path, "rb") as f:
+        text = decode_utf8(f.read(), path, "a UTF-8 vocab.txt, one token a line")
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()  # the line break that ends the last line

@@ -1,0 +1,199 @@
+"""What every `kbert` command reads and writes, and how it stops.
+
+- Texts: `read_texts` reads a .txt file (one text a line) or a .json list,
+  and names the file and line of what it refuses.
+- Output files: `check_output_file` refuses, before any work, a file kbert
+  may not write: one that is an input, one not of kbert's kind (whatever
+  `--overwrite` says), one of kbert's kind without `--overwrite`.
+- Interrupts: SIGTERM is raised as `Interrupted`, a `KeyboardInterrupt`, so
+  that both unwind alike (half-written outputs removed on the way out), and
+  `interrupted_line` says in one line what was kept and how to go on.
+- Damaged data that TensorFlow reads (a TFRecord shard) is one line too
+  (`is_tensorflow_data_error`, `tensorflow_reason`).
+"""
+
+import json
+import os
+import signal
+import sys
+
+from kbert.fileio import check_distinct, decode_utf8
+
+
+class CliError(Exception):
+    """An error to report in one line, without a traceback."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that half-written outputs are removed on the way out."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+# Exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+
+
+def read_texts(path, option="--input"):
+    """Texts from a .txt file (one per line) or a .json file (a list of strings).
+
+    Every failure names the file and, for a .txt file, the line: a byte that
+    is not UTF-8, a blank line (blank lines that end the file are dropped; an
+    empty text is given in a .json list), a file that holds no texts, a CoNLL
+    file (one token and its tag a line, which `predict` reads when named .conll).
+    """
+    from kbert.tasks.token_classification import looks_like_conll
+
+    if not os.path.isfile(path):
+        raise CliError(f"{option} {path}: no such file")
+    with open(path, "rb") as f:
+        data = f.read()
+    content = decode_utf8(data, path).removeprefix("\ufeff")
+    if path.endswith(".json"):
+        try:
+            texts = json.loads(content)
+        except json.JSONDecodeError as error:
+            raise CliError(f"{path} is not valid JSON: {error}") from None
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise CliError(f"{path} must hold a JSON list of strings")
+    else:
+        texts = content.splitlines()
+        conll = looks_like_conll(texts)
+        if conll:
+            raise CliError(
+                f"{path}, line {conll}: {texts[conll - 1].strip()!r} looks like CoNLL (a token and its tag "
+                f"a line); a .txt {option} is one text a line (to tag a CoNLL file, name it .conll)"
+            )
+        while texts and not texts[-1].strip():  # blank lines that end the file
+            texts.pop()
+        blank = [i for i, text in enumerate(texts, 1) if not text.strip()]
+        if blank:
+            raise CliError(f"{path}, line {blank[0]}: a blank line; expected one text a line")
+    if not texts:
+        raise CliError(f"{path} holds no texts")
+    return texts
+
+
+def check_output_file(option, path, overwrite, is_ours, what, inputs):
+    """Refuses, before any work, an output file kbert may not write.
+
+    Args:
+        option: str. The option that names it ("--output"), for messages.
+        path: str. The file to write.
+        overwrite: bool. Whether an existing file of kbert's kind may be replaced.
+        is_ours: callable(path) -> bool. Whether an existing file is one
+            kbert writes (an index, an array, a vocabulary): nothing else is
+            replaced, --overwrite or not.
+        what: str. What kbert writes there, for messages.
+        inputs: dict. Option -> path the command reads; `path` is none of them.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CliError(f"{option} {path}: no such folder {folder}")
+    if os.path.isdir(path):
+        raise CliError(f"{option} {path} is a folder; expected a file name")
+    check_distinct({option: path}, inputs)
+    if os.path.lexists(path):
+        if not is_ours(path):
+            raise CliError(
+                f"{option} {path} exists and is not {what}; kbert replaces only its own files: "
+                f"choose another {option}"
+            )
+        if not overwrite:
+            raise CliError(f"{option} {path} exists; pass --overwrite to replace it")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise CliError(f"{option} {path}: cannot write in {folder} (permission denied)")
+
+
+def is_npy(path):
+    """Whether `path` is a NumPy .npy array file (what `kbert embed` writes)."""
+    import numpy as np
+
+    try:
+        with open(path, "rb") as f:
+            np.lib.format.read_magic(f)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def is_vocab_file(path):
+    """Whether `path` is a WordPiece vocabulary (UTF-8, one token a line, BERT's special tokens)."""
+    from kbert.text import load_vocab
+
+    try:
+        return {"[UNK]", "[CLS]", "[SEP]"} <= set(load_vocab(path))
+    except (OSError, ValueError):
+        return False
+
+
+def raise_interrupted(signum, frame):
+    raise Interrupted(signum)
+
+
+def interrupted_line(args):
+    """What an interrupted command kept, and how to go on, in one line."""
+    out = getattr(args, "out", None)
+    if args.command in ("finetune", "distill"):
+        from kbert.training.backup import AtomicBackup
+        from kbert.training.finetune import RESUME_PREFIX
+
+        resume = os.path.join(
+            os.path.dirname(os.path.abspath(out)), RESUME_PREFIX + os.path.basename(os.path.normpath(out))
+        )
+        if AtomicBackup.restore_point(resume)[0] is not None:
+            return (f"interrupted; the last complete epoch is in {resume}; "
+                    "run the same command again to resume")
+        return f"interrupted before the first epoch ended; {out} was not written"
+    if args.command == "pretrain":
+        from kbert.pretraining.train import BACKUP_FOLDER
+
+        if args.checkpoint_every and os.path.isdir(os.path.join(out, BACKUP_FOLDER)):
+            return (f"interrupted; the last checkpoint is in {os.path.join(out, BACKUP_FOLDER)}; "
+                    "run the same command again to resume")
+        return f"interrupted; {out} holds no checkpoint to resume from (--checkpoint-every saves them)"
+    if args.command == "pretraining-data":
+        return f"interrupted; the shards in {out} are incomplete: run the same command with --overwrite"
+    written = {"embed": "output", "search": "index", "vocab": "out", "export": "out"}.get(args.command)
+    if written and getattr(args, written, None):
+        return f"interrupted; {getattr(args, written)} was not written or changed"
+    return "interrupted"
+
+
+# Options that name files or folders a command reads, for messages.
+_INPUT_OPTIONS = ("model", "teacher", "train", "dev", "data", "input", "corpus", "records", "vocab", "index",
+                  "calibration", "unlabelled", "init")
+
+
+def input_paths(args):
+    """`(option, path)` of every input of `args` that exists."""
+    return [
+        (name, getattr(args, name)) for name in _INPUT_OPTIONS
+        if isinstance(getattr(args, name, None), str) and os.path.exists(getattr(args, name))
+    ]
+
+
+def is_tensorflow_data_error(error):
+    """Whether `error` is TensorFlow's on reading data (a damaged TFRecord, a missing shard)."""
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(
+        error, (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.InvalidArgumentError)
+    )
+
+
+def tensorflow_reason(error):
+    """The line of a TensorFlow error that says what is wrong, not where (its last plain line)."""
+    lines = [line.strip() for line in str(getattr(error, "message", error)).splitlines()]
+    plain = [
+        line for line in lines
+        if line and not line.startswith(("File ", "[[", "Graph execution error", "Detected at node"))
+    ]
+    return plain[-1] if plain else type(error).__name__
+
+
+def in_main_thread():
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
