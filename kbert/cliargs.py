@@ -1,11 +1,13 @@
-"""`argparse` types shared by the `kbert` command and its `export` subcommand.
+"""`argparse` pieces shared by the `kbert` command and its `export` subcommand.
 
-Each rejects a bad value at parse time, with one line naming it, so that a
-typo never surfaces after an hour of training.
+The types reject a bad value at parse time, with one line naming it, so that
+a typo never surfaces after an hour of training. Nothing here imports
+TensorFlow: `kbert --help` answers at once.
 """
 
 import argparse
 import math
+import textwrap
 
 
 def positive_int(value):
@@ -71,27 +73,79 @@ def fraction(value):
     return number
 
 
-def add_task_options(parser, stored=False):
-    """Every task's data options, each once (the same name means the same thing)."""
-    from kbert.tasks import TASKS
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Prose wrapped, examples as written; each option's default after its help.
 
-    group = parser.add_argument_group(
-        "data options (each task reads those it names"
-        + ("; default: as the model was trained)" if stored else ")")
-    )
-    seen = set()
-    for task in TASKS.values():
+    A paragraph (text between blank lines) with an indented line or a line
+    ending in ":" (a list of commands) is printed as written; the others are
+    wrapped to the terminal. Defaults as argparse's
+    `ArgumentDefaultsHelpFormatter` shows them, less "(default: None)" and a
+    flag's "(default: False)", and not where the help says its default.
+    """
+
+    def _fill_text(self, text, width, indent):
+        paragraphs = []
+        for paragraph in text.split("\n\n"):
+            lines = paragraph.splitlines()
+            if any(line.startswith(" ") or line.endswith(":") for line in lines):
+                paragraphs.append("\n".join(indent + line for line in lines))
+            else:
+                paragraphs.append("\n".join(
+                    indent + line for line in self._split_lines(paragraph, width - len(indent))
+                ))
+        return "\n\n".join(paragraphs)
+
+    def _split_lines(self, text, width):
+        # Task names (text-pair-classification) stay whole.
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (
+            not action.option_strings
+            or action.default is None
+            or action.default is False
+            or action.default == argparse.SUPPRESS
+            or "default" in text
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def rate(value):
+    """A learning rate as people write it: 0.0001 -> "1e-4", 3e-05 -> "3e-5"."""
+    mantissa, exponent = f"{value:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def add_task_options(parser, tasks, stored=False):
+    """The data options of `tasks`, grouped under the names of the tasks that read them.
+
+    An option several tasks take (the same name means the same thing) is
+    listed once, in a group that names them all.
+
+    Args:
+        parser: an `argparse` parser.
+        tasks: list of `kbert.tasks.Task` classes, in the order to list them.
+        stored: bool. The command reads a model folder, whose stored options
+            apply unless given again.
+    """
+    readers = {}
+    for task in tasks:
         for option in task.options:
-            if option.name in seen:
-                continue
-            seen.add(option.name)
-            users = [t.name for t in TASKS.values() if option.name in {o.name for o in t.options}]
-            default = "" if option.default is None else f"default {option.default!r}; "
-            group.add_argument(
-                "--" + option.name.replace("_", "-"), dest=option.name, default=None,
-                choices=option.choices,
-                help=f"{option.help} ({default}{', '.join(users)})",
-            )
+            readers.setdefault(option.name, (option, []))[1].append(task.name)
+    groups = {}
+    for option, names in readers.values():
+        if tuple(names) not in groups:
+            title = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+            groups[tuple(names)] = parser.add_argument_group(f"{title} options")
+        # A command on a model folder uses the options stored with it.
+        defaults = (["the model's"] if stored else []) + ([] if option.default is None else [str(option.default)])
+        default = f" (default: {', else '.join(defaults)})" if defaults else ""
+        groups[tuple(names)].add_argument(
+            "--" + option.name.replace("_", "-"), dest=option.name, default=None,
+            choices=option.choices, help=option.help + ("" if "default" in option.help else default),
+        )
 
 
 def add_model_arguments(parser, task=None, required=True):

@@ -64,36 +64,49 @@ def trained(workdir, vocab):
 
 def test_finetune_writes_model_folder(trained):
     files = sorted(os.listdir(trained["model"]))
-    assert files == ["kbert.json", "metrics.json", "model.keras", "vocab.txt"]
+    assert files == [".kbert-manifest.json", "kbert.json", "metrics.json", "model.keras", "vocab.txt"]
     with open(os.path.join(trained["model"], "metrics.json")) as f:
         metrics = json.load(f)
     assert set(metrics["per_class_f1"]) == set(LABELS)
     assert 0.0 <= metrics["accuracy"] <= 1.0 and metrics["n"] == 18
     assert metrics["training_curve"] and len(metrics["history"]["loss"]) == 2
     with open(os.path.join(trained["model"], "kbert.json")) as f:
-        config = json.load(f)["bert_config"]
+        settings = json.load(f)
+    config = settings["bert_config"]
     assert config["attention_dropout"] == 0.0 and config["hidden_dropout"] == 0.1
+    # The recipe flags given, in place of the task's recipe.
+    assert settings["sequence_length"] == 32
+    assert {k: settings["training"][k] for k in ("epochs", "batch_size", "learning_rate", "jit_compile")} == {
+        "epochs": 2, "batch_size": 8, "learning_rate": 1e-3, "jit_compile": True,
+    }
     # No staging folder left beside the output.
     assert not [n for n in os.listdir(os.path.dirname(trained["model"])) if n.startswith(".kbert")]
 
 
-def test_finetune_dtype_auto_stores_the_policy_it_chose(workdir, vocab, capsys):
-    """`--dtype auto` trains under the policy `kbert.hardware` picks for this device,
-    says so, and the model folder stores that policy, not "auto"."""
+def test_finetune_without_recipe_flags_runs_the_tasks_recipe_under_dtype_auto(workdir, vocab, capsys):
+    """No recipe flag: the task's recipe (`make run`'s), recorded in kbert.json; the default
+    `--dtype auto` trains under the policy `kbert.hardware` picks for this device, says so,
+    and the model folder stores that policy, not "auto"."""
     from kbert.hardware import resolve_dtype
 
     out = str(workdir / "model-auto")
     code = main([
         "finetune", "--train", write_csv(workdir / "train-auto.csv", subset("train", 4)),
         "--dev", write_csv(workdir / "dev-auto.csv", subset("dev", 2)), "--init", "bert_tiny",
-        "--vocab", vocab, "--seq-len", "16", "--batch-size", "4", "--epochs", "1", "--dtype", "auto",
-        "--out", out,
+        "--vocab", vocab, "--out", out,
     ])
     assert code == 0
     chosen = resolve_dtype("auto")
     assert f"dtype auto: {chosen} (this device" in capsys.readouterr().err
     with open(os.path.join(out, "kbert.json")) as f:
-        assert json.load(f)["dtype"] == chosen
+        settings = json.load(f)
+    assert settings["dtype"] == chosen
+    assert settings["sequence_length"] == 128 and settings["options"]["truncate"] == "head_tail"
+    assert settings["training"] == {
+        "epochs": 2, "batch_size": 32, "learning_rate": 1e-4, "warmup_fraction": 0.1,
+        "weight_decay": 0.01, "layer_decay": 1.0, "ema_momentum": None, "reinit_pooler": False,
+        "attention_dropout": None, "jit_compile": False, "seed": 0,
+    }
     from kbert.modelfolder import ModelFolder
 
     assert ModelFolder.load(out).compute_dtype == ("bfloat16" if chosen == "mixed_bfloat16" else "float32")

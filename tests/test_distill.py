@@ -44,7 +44,7 @@ SETTINGS = {
     "text-pair-regression": {},
     "token-classification": {"tags": ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"], "scheme": "IOB2"},
 }
-FAST = ["--seq-len", "32", "--batch-size", "8", "--epochs", "1", "--lr", "1e-3"]
+FAST = ["--seq-len", "32", "--batch-size", "8", "--epochs", "1", "--lr", "1e-3", "--dtype", "float32"]
 
 
 # === Which layers a student keeps ===
@@ -538,19 +538,21 @@ def test_bad_numbers_are_refused_at_parse_time(flag, value, message, capsys):
 
 
 def test_command_line_defaults_are_the_functions():
-    """`kbert distill` with no --student or --lr trains what `distill()` does by default
-    (the CLI keeps its own copy so that --help loads no TensorFlow)."""
+    """`kbert distill` with no recipe flag trains what `distill()` does by default
+    (the CLI keeps its own copy of the student so that --help loads no TensorFlow)."""
     import inspect
 
     from kbert.cli import build_parser
-    from kbert.training.distill import DEFAULT_LEARNING_RATE, DEFAULT_STUDENT
+    from kbert.recipes import DISTILLATION
+    from kbert.training.distill import DEFAULT_STUDENT
 
     args = build_parser().parse_args(["distill", "--teacher", "t", "--train", "a", "--dev", "b", "--out", "o"])
-    assert (args.student, args.lr) == (DEFAULT_STUDENT, DEFAULT_LEARNING_RATE)
     defaults = inspect.signature(distill).parameters
-    assert defaults["student"].default == DEFAULT_STUDENT
-    assert defaults["learning_rate"].default == DEFAULT_LEARNING_RATE
-    assert build_parser().parse_args(["finetune", "--train", "a", "--dev", "b", "--init", "i", "--out", "o"]).lr == 5e-5
+    assert args.student == defaults["student"].default == DEFAULT_STUDENT
+    for flag, parameter in (("lr", "learning_rate"), ("epochs", "epochs"), ("batch_size", "batch_size"),
+                            ("seq_len", "sequence_length")):
+        assert getattr(args, flag) == defaults[parameter].default == getattr(DISTILLATION, parameter)
+    assert args.dtype == "auto"
 
 
 @pytest.mark.parametrize(

@@ -72,7 +72,7 @@ def start_worker(records, config, out, ports, index):
         "--config", str(config), "--steps", str(STEPS),
         "--checkpoint-every", str(CHECKPOINT_EVERY), "--batch-size", "8", "--seq-len", "32",
         "--lr", "1e-2", "--deterministic", "--seed", "7", "--strategy", "multiworker",
-        "--out", str(out),
+        "--dtype", "float32", "--out", str(out),
     ]
     return subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

@@ -68,7 +68,7 @@ def pretrain_command(records, config, out):
         sys.executable, "-m", "kbert.cli", "pretrain", "--records", str(records),
         "--config", str(config), "--steps", "12", "--checkpoint-every", "4",
         "--batch-size", "8", "--seq-len", "32", "--lr", "1e-2", "--no-jit",
-        "--deterministic", "--seed", "7", "--out", str(out),
+        "--deterministic", "--seed", "7", "--dtype", "float32", "--out", str(out),
     ]
 
 

@@ -232,8 +232,10 @@ def test_evaluate_on_stsb_is_scipy_on_the_cosines_of_kbert_embed(tiny, tmp_path)
     vectors = np.load(tmp_path / "e.npy").astype(np.float64)
     cosines = np.sum(vectors[0::2] * vectors[1::2], axis=1)
     gold = [pair["target"] for pair in pairs]
-    assert metrics["spearman"] == pytest.approx(scipy.stats.spearmanr(gold, cosines)[0], abs=1e-6)
-    assert metrics["pearson"] == pytest.approx(scipy.stats.pearsonr(gold, cosines)[0], abs=1e-6)
+    # evaluate and embed batch the texts apart, and float32 kernels of other
+    # batch shapes differ in the last bits (1.1e-6 on an AMX Xeon's oneDNN).
+    assert metrics["spearman"] == pytest.approx(scipy.stats.spearmanr(gold, cosines)[0], abs=1e-5)
+    assert metrics["pearson"] == pytest.approx(scipy.stats.pearsonr(gold, cosines)[0], abs=1e-5)
 
 
 def test_predict_gives_pair_cosines_and_text_vectors(tiny, tmp_path):

@@ -35,7 +35,9 @@ SETTINGS = {
     "text-classification": {"labels": ["games", "mail", "math"], "truncate": "head_tail"},
     "text-pair-classification": {"labels": ["0", "1"]},
     "text-pair-regression": {"head": "cross-cosine", "score_range": [0.0, 5.0]},
-    "token-classification": {"tags": ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"], "scheme": "IOB2"},
+    "token-classification": {
+        "tags": ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"], "scheme": "IOB2", "word_split": "raw",
+    },
     "question-answering": {
         "version_2_with_negative": True, "null_score_diff_threshold": -1.5, "doc_stride": 4,
         "max_query_length": 4, "max_answer_length": 8, "n_best_size": 5,

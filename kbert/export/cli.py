@@ -18,7 +18,7 @@ EXIT_OVER_BUDGET = 1
 
 def add_export_parser(subparsers):
     """Adds the `export` subcommand to an `argparse` subparsers object."""
-    from kbert.cliargs import add_model_arguments, add_task_options, positive_int
+    from kbert.cliargs import HelpFormatter, add_model_arguments, add_task_options, positive_int
     from kbert.export.options import (
         DEFAULT_CALIBRATION_EXAMPLES,
         DEFAULT_LATENCY_RUNS,
@@ -27,17 +27,37 @@ def add_export_parser(subparsers):
         QUANTIZATIONS,
         SUPPORTED,
     )
+    from kbert.tasks import TASKS
 
     p = subparsers.add_parser(
         "export",
         help="export a model to TF Serving, TFLite, ONNX and MediaPipe, each verified",
+        formatter_class=HelpFormatter,
+        usage="kbert export --model MODEL --data FILE --out DIR [options]",
         description=(
-            "Writes a SavedModel for TF Serving, TFLite and ONNX models (and a MediaPipe "
-            "TextClassifier or TextEmbedder file for classifiers and sentence embeddings), runs each on --data next to the Keras model with "
-            "the runtime that serves it, and writes OUT/report.json and OUT/report.md. Formats "
-            "and their quantizations: "
+            "Writes a SavedModel for TF Serving, TFLite and ONNX models (and the MediaPipe or "
+            "TFLite Task Library file of tasks that have one), runs each on --data next to the "
+            "Keras model with the runtime that serves it, and writes OUT/report.json and "
+            "OUT/report.md. Formats and their quantizations: "
             + "; ".join(f"{f}: {', '.join(SUPPORTED[f])}" for f in FORMATS)
-            + ". Exit status 1 when an artefact exceeds its budget."
+            + ". Exit status 1 when an artefact exceeds its budget.\n\n"
+            "What the default costs: every format in every quantization, each artefact run on "
+            "every --data example one at a time (16x8 TFLite runs LiteRT's reference kernels, tens "
+            "of times slower than dynamic) and timed --latency-runs times; the first mediapipe "
+            "export also installs MediaPipe's and the Task Library's own Python environments with "
+            "pip (about a minute, needs PyPI). On a dev set of thousands of examples that is a "
+            "long run. Ask for less with --formats (e.g. savedmodel,onnx), --quantize (e.g. "
+            "none,dynamic), --max-examples N and --latency-runs N."
+        ),
+        epilog=(
+            "examples:\n"
+            "  kbert export --model runs/debian-minilm --out saved_models/debian \\\n"
+            "      --data data/debian-packages/dev.csv --calibration data/debian-packages/train.csv\n"
+            "  kbert export --model runs/debian-minilm --out saved_models/debian-quick \\\n"
+            "      --data data/debian-packages/dev.csv --formats savedmodel,onnx --quantize none,dynamic "
+            "--max-examples 200\n"
+            "  kbert export --model all-minilm-l6-v2 --task sentence-embedding --out saved_models/minilm \\\n"
+            "      --data sts-dev.tsv --formats savedmodel,tflite --quantize none,dynamic"
         ),
     )
     add_model_arguments(p)
@@ -56,7 +76,7 @@ def add_export_parser(subparsers):
     )
     p.add_argument(
         "--quantize", default=",".join(QUANTIZATIONS),
-        help="comma-separated quantizations; default all (each format gets those it supports)",
+        help="comma-separated quantizations; each format gets those it supports (default: %(default)s)",
     )
     p.add_argument(
         "--max-examples", type=positive_int, default=None,
@@ -80,7 +100,7 @@ def add_export_parser(subparsers):
         "--cache-dir",
         help="where MediaPipe's private environments live (default: $XDG_CACHE_HOME/kbert or ~/.cache/kbert)",
     )
-    add_task_options(p, stored=True)
+    add_task_options(p, list(TASKS.values()), stored=True)
     p.set_defaults(run=run_export)
     return p
 
@@ -89,8 +109,11 @@ def run_export(args):
     """Runs the export; returns the exit status (0, or `EXIT_OVER_BUDGET`)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # A SIGTERM (a killed CI job) then unwinds like Ctrl-C: the half-written
-    # export folder beside OUT is removed.
-    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # export folder beside OUT is removed. `kbert.cli.main` has its own
+    # handler, which also says what was kept; this one serves tools/export.py.
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     from kbert.export.exporter import export_model
     from kbert.tasks import TASKS
 

@@ -126,6 +126,9 @@ class Task:
     # checkpoint with `--task` (`pretrained_settings`,
     # `kbert.modelfolder.ModelFolder.from_pretrained`).
     trainable = True
+    # What `kbert finetune` trains with unless flags say otherwise
+    # (`kbert.recipes.Recipe`): each trainable task names its own.
+    recipe = None
 
     def __init__(self, tokenizer, sequence_length, **settings):
         from kbert.text import BertPreprocessor

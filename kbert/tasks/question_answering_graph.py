@@ -23,7 +23,7 @@ import tensorflow_text as tf_text
 from kbert.text import tokenizer as _wordpiece
 
 # run_squad.py's word separators (`squad.WORD_SEPARATORS`); CJK characters
-# are words of their own (`squad._WORD`).
+# are words of their own (`squad._characters().word`).
 WORD_DELIMITERS = "[ \\t\\r\\n\\x{202F}]+|" + _wordpiece._CJK
 WORD_KEPT = _wordpiece._CJK
 # `null_score_diff` when a question has no valid span (an infinite

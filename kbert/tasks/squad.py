@@ -18,6 +18,7 @@ transcription of `run_squad.py` and the character offsets to Hugging Face
 """
 
 import collections
+import functools
 import json
 import math
 import re
@@ -26,7 +27,7 @@ import unicodedata
 
 import numpy as np
 
-from kbert.text import tokenizer as _wordpiece
+from kbert.fileio import read_json
 
 # run_squad.py's flags: --max_query_length, --doc_stride, --n_best_size,
 # --max_answer_length, --null_score_diff_threshold.
@@ -44,17 +45,33 @@ def _python_class(re2_class):
     return re.sub(r"\\x\{([0-9A-Fa-f]+)\}", lambda m: f"\\U{int(m.group(1), 16):08x}", re2_class)
 
 
-# The tokenizer's own tables, so that the words and offsets here split text
-# exactly where its ids do.
-_CJK = _python_class(_wordpiece._CJK)
-_PUNCTUATION = re.compile(_python_class(_wordpiece._PUNCTUATION))
-_CONTROL = re.compile(_python_class(_wordpiece._CONTROL))
-_WHITESPACE = re.compile(_python_class(_wordpiece._WHITESPACE))
-_NONSPACING_MARK = re.compile(_python_class(_wordpiece._NONSPACING_MARKS))
-_IS_CJK = re.compile(_CJK)
-# A word: a CJK character, or a run of characters that are neither
-# separators nor CJK.
-_WORD = re.compile(f"{_CJK}|[^{re.escape(WORD_SEPARATORS)}{_CJK[1:-1]}]+")
+_Characters = collections.namedtuple(
+    "_Characters", "word is_cjk punctuation control whitespace nonspacing_mark"
+)
+
+
+@functools.cache
+def _characters():
+    """The tokenizer's own character classes as Python patterns.
+
+    The same tables, so that the words and offsets here split text exactly
+    where its ids do. Compiled on first use: they live in the TensorFlow
+    tokenizer's module, and `kbert.tasks` loads without TensorFlow so that the
+    command line's `--help` is instant.
+    """
+    from kbert.text import tokenizer as wordpiece
+
+    cjk = _python_class(wordpiece._CJK)
+    return _Characters(
+        # A word: a CJK character, or a run of characters that are neither
+        # separators nor CJK.
+        word=re.compile(f"{cjk}|[^{re.escape(WORD_SEPARATORS)}{cjk[1:-1]}]+"),
+        is_cjk=re.compile(cjk),
+        punctuation=re.compile(_python_class(wordpiece._PUNCTUATION)),
+        control=re.compile(_python_class(wordpiece._CONTROL)),
+        whitespace=re.compile(_python_class(wordpiece._WHITESPACE)),
+        nonspacing_mark=re.compile(_python_class(wordpiece._NONSPACING_MARKS)),
+    )
 
 
 # === Reading ===
@@ -77,7 +94,7 @@ def read_squad_json(path, targets=True):
         ValueError: one line naming the file and the question id (or the
             article and paragraph) and what is wrong.
     """
-    data = _load_json(path)
+    data = read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise ValueError(f'{path} is not SQuAD-shaped: expected a JSON object with a "data" list of articles')
     examples = []
@@ -125,16 +142,6 @@ def read_jsonl(path, targets=False):
     return _checked(path, examples, targets)
 
 
-def _load_json(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not valid JSON: {error}") from None
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path} is not UTF-8: {error}") from None
-
-
 def _example(where, qa, context, targets, line):
     qid = qa["id"]
     where = f"{where}: question {qid!r}"
@@ -142,7 +149,7 @@ def _example(where, qa, context, targets, line):
     # An empty question is read as run_squad.py reads it (CMRC 2018's trial set has one).
     if not isinstance(question, str):
         raise ValueError(f'{where}: "question" is {question!r:.80}; expected a string')
-    if not isinstance(context, str) or not _WORD.search(context):
+    if not isinstance(context, str) or not _characters().word.search(context):
         raise ValueError(f'{where}: "context" is {context!r:.80}; expected a non-empty string')
     impossible = qa.get("is_impossible", False)
     if not isinstance(impossible, bool):
@@ -229,7 +236,7 @@ class Context:
 
 def split_words(text):
     """The `(start, end)` character spans of `text`'s words."""
-    return [m.span() for m in _WORD.finditer(text)]
+    return [m.span() for m in _characters().word.finditer(text)]
 
 
 def tokenize_contexts(tokenizer, texts):
@@ -259,12 +266,13 @@ def tokenize(tokenizer, texts):
 
 def _normalize_char(char, lowercase):
     """What the tokenizer's normaliser makes of one character (`WordPieceTokenizer._normalize`)."""
-    if _CONTROL.match(char):
+    characters = _characters()
+    if characters.control.match(char):
         return ""
     if not lowercase:
         return char
     decomposed = unicodedata.normalize("NFD", char)
-    stripped = "".join(c for c in decomposed if not _NONSPACING_MARK.match(c))
+    stripped = "".join(c for c in decomposed if not characters.nonspacing_mark.match(c))
     return stripped.replace("Σ", "σ").lower()
 
 
@@ -278,6 +286,7 @@ def _units(word, lowercase, special):
         alone, and runs of other characters; whitespace (inside a run_squad.py
         word, e.g. U+00A0) separates them.
     """
+    characters = _characters()
     units = []
     position = 0
     for part in special.split(word):
@@ -287,8 +296,8 @@ def _units(word, lowercase, special):
             continue
         run, owner = [], []
         for index, char in enumerate(part, position):
-            alone = _IS_CJK.match(char) or _PUNCTUATION.match(char)
-            if alone or _WHITESPACE.match(char):
+            alone = characters.is_cjk.match(char) or characters.punctuation.match(char)
+            if alone or characters.whitespace.match(char):
                 if run:
                     units.append(("".join(run), owner))
                     run, owner = [], []

@@ -14,6 +14,7 @@ macro-F1 over seeds (README, "Results"). `--truncate longest_first` keeps
 the start, as Hugging Face, keras-hub and MediaPipe's on-device tokenizer do.
 """
 
+from kbert.recipes import Recipe
 from kbert.tasks.base import Option
 from kbert.tasks.classification import ClassificationTask
 
@@ -22,6 +23,10 @@ from kbert.tasks.classification import ClassificationTask
 # before the option existed names none: its texts were cut at the end.
 TRUNCATIONS = ("head_tail", "longest_first")
 FORMER_TRUNCATION = "longest_first"
+# The README's Results (`make run`): 2 epochs at 1e-4 with texts cut in the
+# middle (the `truncate` option's default) gave MiniLM 0.871 dev accuracy on
+# the Debian task, above BERT's 3 epochs at 5e-5.
+RECIPE = Recipe(epochs=2, learning_rate=1e-4, batch_size=32, sequence_length=128)
 
 
 class TextClassification(ClassificationTask):
@@ -38,6 +43,7 @@ class TextClassification(ClassificationTask):
             TRUNCATIONS,
         ),
     )
+    recipe = RECIPE
     text_options = ("text_column",)
     target_option = "label_column"
     text_inputs = ("text",)

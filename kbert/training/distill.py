@@ -33,11 +33,18 @@ import numpy as np
 
 from kbert.checkpoints.huggingface import PACKAGED_CHECKPOINTS, init_encoder
 from kbert.config import PRESETS, BertConfig
-from kbert.fileio import check_output_folder
 from kbert.hardware import log_dtype
-from kbert.modelfolder import MODEL_FILE, SETTINGS_FILE, ModelFolder, is_model_folder, write_model_folder
+from kbert.modelfolder import (
+    MODEL_FILE,
+    SETTINGS_FILE,
+    ModelFolder,
+    check_model_out,
+    is_model_folder,
+    write_model_folder,
+)
 from kbert.models import bert_encoder
 from kbert.pretraining.corpus import iter_documents
+from kbert.recipes import DISTILLATION
 from kbert.tasks import Encoded, training_bucket_width
 from kbert.training.distribute import compile_for_strategy
 from kbert.training.finetune import (
@@ -57,13 +64,12 @@ DEFAULT_TEMPERATURE = 2.0
 DEFAULT_ALPHA = 0.5
 EVERY_OTHER = "every-other"
 LAYERS_PREFIX = "layers:"
-# The default student and rate are the recipe measured on the Debian task
-# (docs/distillation.md, "Figures"): MiniLM-L6's last block alone, with the
-# teacher's embeddings and head, is the student that runs in under 1 ms
-# batch-1 in TFLite int8 at 128 tokens (0.56 ms; 2 blocks: about 1.7 ms),
-# 1.1 points below its teacher over three seeds; 1e-4 as `make run` fine-tunes.
+# The default student and recipe (`kbert.recipes.DISTILLATION`) are those
+# measured on the Debian task (docs/distillation.md, "Figures"): MiniLM-L6's
+# last block alone, with the teacher's embeddings and head, is the student that
+# runs in under 1 ms batch-1 in TFLite int8 at 128 tokens (0.56 ms; 2 blocks:
+# about 1.7 ms), 1.1 points below its teacher over three seeds.
 DEFAULT_STUDENT = "layers:1"
-DEFAULT_LEARNING_RATE = 1e-4
 BLOCK_PREFIX = "transformer_layer_"
 
 
@@ -243,9 +249,9 @@ def distill(
     alpha=DEFAULT_ALPHA,
     options=None,
     sequence_length=None,
-    batch_size=32,
-    epochs=3,
-    learning_rate=DEFAULT_LEARNING_RATE,
+    batch_size=DISTILLATION.batch_size,
+    epochs=DISTILLATION.epochs,
+    learning_rate=DISTILLATION.learning_rate,
     warmup_fraction=DEFAULT_WARMUP_FRACTION,
     weight_decay=DEFAULT_WEIGHT_DECAY,
     jit_compile=False,
@@ -294,11 +300,13 @@ def distill(
         raise ValueError(f"temperature={temperature!r}; expected a finite number above 0")
     if unlabelled_limit is not None and not (isinstance(unlabelled_limit, int) and unlabelled_limit >= 1):
         raise ValueError(f"unlabelled_limit={unlabelled_limit!r}; expected a positive integer")
-    check_output_folder(out, "model", is_model_folder, overwrite)
-    if not is_model_folder(teacher):
-        raise ValueError(f"--teacher {teacher} is not a kbert model folder (what kbert finetune --out writes)")
     if os.path.abspath(out) == os.path.abspath(teacher):
         raise ValueError(f"--out {out} is the teacher's folder; write the student to another")
+    if not is_model_folder(teacher):
+        raise ValueError(f"--teacher {teacher} is not a kbert model folder (what kbert finetune --out writes)")
+    check_model_out(out, overwrite, {
+        "--teacher": teacher, "--train": train, "--dev": dev, "--unlabelled": unlabelled, "--student": student,
+    })
     teacher_folder = ModelFolder.load(teacher)
     if sequence_length is not None:
         teacher_folder.set_sequence_length(sequence_length)
@@ -323,6 +331,10 @@ def distill(
     set_seeds(seed, deterministic)
     dtype = log_dtype(dtype, log)
     config, model, kept = build_student(teacher_folder, student, dtype)
+    student_size, teacher_size = model.count_params(), teacher_folder.model.count_params()
+    if student_size > teacher_size:
+        log(f"warning: student {student} has {student_size:,} parameters, more than the teacher's "
+            f"{teacher_size:,}; distillation is for a smaller model: choose a smaller --student")
     log(f"student {student}: num_layers={config.num_layers}, hidden_size={config.hidden_size}"
         + (f", starting from the teacher's blocks {kept} (counting from 0)" if kept else ""))
     run = {

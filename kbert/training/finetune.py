@@ -17,9 +17,8 @@ import time
 import keras
 
 from kbert.checkpoints.huggingface import init_encoder
-from kbert.fileio import check_output_folder
 from kbert.hardware import log_dtype
-from kbert.modelfolder import is_model_folder, write_model_folder
+from kbert.modelfolder import check_model_out, write_model_folder
 from kbert.tasks import DEFAULT_TASK, get_task, training_bucket_width
 from kbert.text import WordPieceTokenizer, load_vocab
 from kbert.training.distribute import (
@@ -41,6 +40,12 @@ CURVE_POINTS_PER_EPOCH = 20
 RESUME_PREFIX = ".kbert-resume-"
 # What identifies a run in its resume folder.
 RUN_FILE = "run.json"
+# What kbert.json records of how the model was trained, besides its
+# sequence length and dtype.
+TRAINING_SETTINGS = (
+    "epochs", "batch_size", "learning_rate", "warmup_fraction", "weight_decay", "layer_decay",
+    "ema_momentum", "reinit_pooler", "attention_dropout", "jit_compile", "seed",
+)
 
 
 class TrainingDiverged(ValueError):
@@ -94,10 +99,10 @@ def finetune(
     out,
     task=DEFAULT_TASK,
     options=None,
-    sequence_length=128,
-    batch_size=32,
-    epochs=3,
-    learning_rate=5e-5,
+    sequence_length=None,
+    batch_size=None,
+    epochs=None,
+    learning_rate=None,
     warmup_fraction=DEFAULT_WARMUP_FRACTION,
     weight_decay=DEFAULT_WEIGHT_DECAY,
     layer_decay=1.0,
@@ -129,8 +134,10 @@ def finetune(
         task: str. A name in `kbert.tasks.TASKS`.
         options: dict. The task's data options (`Task.options`), e.g.
             `{"text_column": "review"}`.
-        sequence_length: int. Packed length; longer inputs are truncated (or
-            windowed, by tasks that window).
+        sequence_length, batch_size, epochs, learning_rate: the packed length
+            (longer inputs are truncated, or windowed by tasks that window),
+            the global batch, the passes over `train` and the peak rate;
+            each None (the default) takes the task's recipe (`Task.recipe`).
         warmup_fraction: float. Share of the steps warming the rate up.
         weight_decay: float. AdamW's decoupled weight decay (not on LayerNorm
             and biases).
@@ -173,17 +180,23 @@ def finetune(
         ValueError: bad input (named file and line), or `TrainingDiverged`.
     """
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-    check_training_numbers(batch_size, epochs, learning_rate)
-    check_callbacks(callbacks)
-    if isinstance(strategy, str) and strategy not in STRATEGIES:
-        raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
-    check_output_folder(out, "model", is_model_folder, overwrite)
     task_class = get_task(task)
     if not task_class.trainable:
         raise ValueError(
             f"task {task!r} needs no training: give kbert evaluate, search or export "
             f"--task {task} --model CHECKPOINT"
         )
+    recipe = task_class.recipe.override(
+        sequence_length=sequence_length, batch_size=batch_size, epochs=epochs,
+        learning_rate=learning_rate,
+    )
+    sequence_length, batch_size = recipe.sequence_length, recipe.batch_size
+    epochs, learning_rate = recipe.epochs, recipe.learning_rate
+    check_training_numbers(batch_size, epochs, learning_rate)
+    check_callbacks(callbacks)
+    if isinstance(strategy, str) and strategy not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
+    check_model_out(out, overwrite, {"--train": train, "--dev": dev, "--init": init, "--vocab": vocab})
     options = task_class.resolve_options(options)
     train_examples = task_class.read(train, options)
     dev_examples = task_class.read(dev, options)
@@ -266,6 +279,8 @@ def finetune(
         "init": init,
         "dtype": dtype,
         "options": options,
+        # The recipe as resolved (the task's, or what the caller gave).
+        "training": {key: run[key] for key in TRAINING_SETTINGS},
     }
     # Under MultiWorkerMirroredStrategy only the chief writes `out`.
     with chief_folder(out, strategy) as folder:

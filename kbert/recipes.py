@@ -1,0 +1,44 @@
+"""Training recipes: what a run trains with unless the caller says otherwise.
+
+Each task owns its recipe (`Task.recipe`, a named constant in the task's
+module, with where it comes from); distillation has one of its own here.
+Plain data without TensorFlow, so that `kbert --help` shows them.
+"""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """The epochs, peak learning rate, batch and packed length of a training run.
+
+    Attributes:
+        epochs: int. Passes over the training data.
+        learning_rate: float. AdamW's peak rate, after warm-up.
+        batch_size: int. Examples (rows, for tasks that window) per step; the
+            global batch under a distribution strategy.
+        sequence_length: int or None. Packed length; None: the model's own
+            (distillation: the teacher's).
+
+    The data options a recipe was measured with (text classification's
+    `--truncate head_tail`) are those options' defaults (`Task.options`).
+    """
+
+    epochs: int
+    learning_rate: float
+    batch_size: int = 32
+    sequence_length: int = 128
+
+    def override(self, **values):
+        """This recipe with each value given (not None) in place of its own.
+
+        Example:
+        >>> Recipe(epochs=2, learning_rate=1e-4).override(epochs=None, learning_rate=3e-5)
+        Recipe(epochs=2, learning_rate=3e-05, batch_size=32, sequence_length=128)
+        """
+        return dataclasses.replace(self, **{k: v for k, v in values.items() if v is not None})
+
+
+# docs/distillation.md, the measured students: 3 epochs at 1e-4, batch 32, at
+# the teacher's sequence length.
+DISTILLATION = Recipe(epochs=3, learning_rate=1e-4, batch_size=32, sequence_length=None)

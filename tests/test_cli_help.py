@@ -1,0 +1,175 @@
+"""`kbert --help`: instant and quiet, every default shown, each command's own options and
+examples; and the recipes the defaults come from."""
+
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+from kbert.cli import DESCRIPTION, _task_options, build_parser
+from kbert.cliargs import rate
+from kbert.recipes import DISTILLATION, Recipe
+from kbert.tasks import TASKS
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+# Options with no default: an input given one way or another (predict's TEXT or
+# --input, search's --corpus or --index's model...).
+INPUTS = {"--input", "--corpus", "--queries", "--records", "--model"}
+# The recipes measured best, as the docs report them (tasks' pages, README's Results).
+RECIPES = {
+    "text-classification": Recipe(epochs=2, learning_rate=1e-4, batch_size=32, sequence_length=128),
+    "text-pair-classification": Recipe(epochs=3, learning_rate=5e-5, batch_size=32, sequence_length=128),
+    "text-pair-regression": Recipe(epochs=3, learning_rate=5e-5, batch_size=32, sequence_length=128),
+    "token-classification": Recipe(epochs=3, learning_rate=1e-4, batch_size=32, sequence_length=128),
+    "question-answering": Recipe(epochs=10, learning_rate=3e-4, batch_size=16, sequence_length=384),
+}
+
+
+def commands():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices
+
+
+def quiet_env():
+    """The environment of a user who set no TensorFlow logging level."""
+    return {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+
+
+def test_help_prints_nothing_on_stderr():
+    for command in ["", *commands()]:
+        result = subprocess.run(
+            [sys.executable, "-m", "kbert.cli", *command.split(), "--help"],
+            capture_output=True, text=True, cwd=ROOT, env=quiet_env(), timeout=60,
+        )
+        assert result.returncode == 0 and result.stdout.startswith("usage: kbert"), command
+        assert result.stderr == "", (command, result.stderr)
+
+
+def test_build_parser_imports_no_tensorflow():
+    code = (
+        "import sys, kbert.cli; kbert.cli.build_parser(); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'tensorflow_text', 'keras', 'jax'}))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout + result.stderr
+
+
+def test_every_option_shows_its_default():
+    for name, parser in commands().items():
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if (not action.option_strings or action.required or action.help == argparse.SUPPRESS
+                    or isinstance(action, (argparse._HelpAction, argparse._StoreTrueAction))):
+                continue
+            assert action.help, (name, action.option_strings)  # argparse shows no default without one
+            text = formatter._expand_help(action)
+            if action.default is None and set(action.option_strings) & INPUTS:
+                continue
+            assert "default" in text, (name, action.option_strings, text)
+            if action.default is not None:
+                shown = [str(action.default)] + ([rate(action.default)] if isinstance(action.default, float) else [])
+                assert any(value in text for value in shown), (name, action.option_strings, text)
+
+
+def test_each_command_lists_the_options_of_its_tasks():
+    helps = {name: parser.format_help() for name, parser in commands().items()}
+    # No task finetune trains reads sentence-embedding pooling.
+    for option in ("--pooling", "--normalize"):
+        assert option not in helps["finetune"] and option not in helps["distill"]
+        for name in ("evaluate", "predict", "embed", "search", "export"):
+            assert option in helps[name], (name, option)
+    for option in ("--truncate", "--tag-scheme", "--doc-stride", "--head"):
+        assert option in helps["finetune"] and option not in helps["embed"]
+    assert "question-answering options:" in helps["finetune"]
+    assert "text-classification and text-pair-classification options:" in helps["evaluate"]
+    assert "--text-column" in helps["search"]
+
+
+def test_finetune_help_shows_each_tasks_recipe():
+    text = " ".join(commands()["finetune"].format_help().split())
+    assert "--epochs EPOCHS passes over --train; default: the task's recipe (text-classification: 2;" in text
+    assert "question-answering: 3e-4)" in text and "question-answering: 384)" in text
+    assert "(default: auto)" in text
+
+
+def test_description_names_every_command_and_every_help_ends_with_examples():
+    parser = build_parser()
+    for name, sub in commands().items():
+        assert re.search(rf"\b{re.escape(name)}\b", DESCRIPTION), name
+        help_text = sub.format_help()
+        examples = help_text[help_text.index("\nexamples:\n"):]
+        assert help_text.rstrip().endswith(examples.rstrip())
+        lines = examples.replace("\\\n", " ").splitlines()[2:]
+        assert 2 <= len(lines) <= 3, (name, lines)
+        for line in lines:
+            argv = shlex.split(line.strip())
+            assert argv[:2] == ["kbert", name], line
+            parser.parse_args(argv[1:])  # each example is a valid command
+    assert "\nexamples:\n" in parser.format_help()
+
+
+def test_each_trainable_task_has_the_recipe_measured_best():
+    trainable = {name for name, task in TASKS.items() if task.trainable}
+    assert trainable == set(RECIPES)
+    for name, recipe in RECIPES.items():
+        assert TASKS[name].recipe == recipe, name
+    assert TASKS["sentence-embedding"].recipe is None
+    assert TASKS["text-classification"].resolve_options({})["truncate"] == "head_tail"
+    assert DISTILLATION == Recipe(epochs=3, learning_rate=1e-4, batch_size=32, sequence_length=None)
+
+
+def test_recipe_flags_override_the_tasks_recipe():
+    argv = ["finetune", "--task", "question-answering", "--train", "t", "--dev", "d", "--init", "i", "--out", "o"]
+    args = build_parser().parse_args(argv)
+    assert (args.seq_len, args.batch_size, args.epochs, args.lr, args.dtype) == (None, None, None, None, "auto")
+    assert TASKS[args.task].recipe.override(sequence_length=args.seq_len, epochs=args.epochs) == RECIPES[args.task]
+    args = build_parser().parse_args([*argv, "--epochs", "2", "--lr", "5e-5"])
+    assert TASKS[args.task].recipe.override(epochs=args.epochs, learning_rate=args.lr) == Recipe(
+        epochs=2, learning_rate=5e-5, batch_size=16, sequence_length=384
+    )
+
+
+def _resolved(argv):
+    """What `kbert finetune argv` trains with: the recipe, the data options and every other setting."""
+    args = build_parser().parse_args(argv)
+    task = TASKS[args.task]
+    recipe = task.recipe.override(
+        sequence_length=args.seq_len, batch_size=args.batch_size, epochs=args.epochs, learning_rate=args.lr
+    )
+    options = _task_options(args)
+    settings = {k: v for k, v in vars(args).items()
+                if k not in {"seq_len", "batch_size", "epochs", "lr", "run", *options}}
+    return recipe, task.resolve_options(options), settings
+
+
+def _make_run_command():
+    """The `kbert finetune` command of the Makefile's `run` target, as argv after `kbert`."""
+    with open(os.path.join(ROOT, "Makefile"), encoding="utf-8") as f:
+        makefile = f.read().replace("\\\n", " ")
+    target = makefile[makefile.index("\nrun:"):]
+    line = next(line for line in target.splitlines() if "bin/kbert finetune" in line)
+    return shlex.split(line.replace("$(OUT)", "runs/debian-minilm"))[1:]
+
+
+def test_make_run_trains_what_it_trained_before_the_recipes():
+    argv = _make_run_command()
+    assert argv[0] == "finetune" and not {"--seq-len", "--batch-size", "--epochs", "--lr", "--dtype"} & set(argv)
+    # `make run` before the tasks' recipes became the defaults.
+    before = argv + ["--seq-len", "128", "--batch-size", "32", "--epochs", "2", "--lr", "1e-4",
+                     "--truncate", "head_tail", "--dtype", "auto"]
+    assert _resolved(argv) == _resolved(before)
+    assert _resolved(argv)[2]["seed"] == 0
+
+
+def test_a_command_prints_no_tensorflow_start_up_lines():
+    """TensorFlow's oneDNN, CUDA and CPU-flag lines are held back unless TF_CPP_MIN_LOG_LEVEL is set."""
+    from kbert.checkpoints import resolve_checkpoint
+
+    vocab = os.path.join(resolve_checkpoint("all-minilm-l6-v2"), "vocab.txt")
+    argv = [sys.executable, "-m", "kbert.cli", "tokenize", "--vocab", vocab, "hello world"]
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=quiet_env(), timeout=120)
+    assert result.returncode == 0 and result.stdout == "[101, 7592, 2088, 102]\n"
+    assert not re.search(r"absl::InitializeLog|oneDNN|cuda|cpu_feature_guard", result.stderr), result.stderr
