@@ -12,7 +12,7 @@ OUT ?= runs/debian-minilm
 # (tracing, conversion, subprocesses), so two share 2 cores well.
 TEST_WORKERS ?= 2
 
-.PHONY: run test test-slow bench install clean
+.PHONY: run test test-slow bench bench-gpu-data bench-gpu install clean
 
 install: $(STAMP)
 
@@ -45,6 +45,29 @@ test-slow: $(STAMP)
 bench: $(STAMP)
 	$(PY) tools/benchmark.py --task classifier --presets minilm_l6_h384 --seq-lens 128 \
 	  $(if $(wildcard $(OUT)/model.keras),--inference-model $(OUT))
+
+# BERT pretraining and fine-tuning on one GPU, kbert + Keras/JAX against
+# Hugging Face + PyTorch (docs/gpu-benchmark.md). `bench-gpu-data` runs here,
+# with TensorFlow: the real-text batches and the wheels the GPU image lacks,
+# into $(BENCH_DATA), which a device run carries. `bench-gpu` runs on
+# the GPU machine, whose image has JAX, PyTorch and transformers but no
+# TensorFlow and no network, so it uses that python3, not the venv, and installs
+# the wheels where Keras is missing; BENCH_ARGS=--dry-run runs the same path on
+# CPU with bert_tiny (PYTHON=.venv/bin/python here).
+BENCH_DATA ?= runs/gpu-bench
+BENCH_OUT ?= runs/gpu-bench-out
+BENCH_SITE ?= runs/gpu-bench-site
+BENCH_ARGS ?=
+
+bench-gpu-data: $(STAMP)
+	$(PY) tools/benchmarks/gpu_data.py --out $(BENCH_DATA) --wheels
+
+bench-gpu:
+	$(PYTHON) -c "import keras" 2>/dev/null || $(PYTHON) -m pip install -q --no-index --no-deps \
+	  --no-compile --upgrade --target $(BENCH_SITE) $(BENCH_DATA)/wheels/*.whl
+	PYTHONPATH=$(CURDIR)/$(BENCH_SITE):$(CURDIR) KERAS_BACKEND=jax PYTHONUNBUFFERED=1 \
+	  $(PYTHON) tools/benchmarks/gpu_train.py --data $(BENCH_DATA)/gpu_bench_data.npz \
+	  --out $(BENCH_OUT) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) runs
