@@ -18,7 +18,9 @@ import tensorflow as tf
 from kbert.cli import main
 from kbert.modelfolder import ModelFolder
 from kbert.tasks import TASKS
-from kbert.tasks.token_classification import chunks, entity_metrics, word_offsets
+from kbert.tasks.token_classification import (
+    IGNORED, chunks, entity_metrics, joined_tag, split_tags, word_offsets,
+)
 from tests.task_harness import minilm_vocabulary, task_instance, write_task_folder
 from tests.test_export_units import TINY
 
@@ -235,6 +237,135 @@ def test_scheme_detection(dev):
         assert task_class.learn(examples, "dev")["scheme"] == scheme
 
 
+# === Word split: training on the words raw text gives ===
+
+# CoNLL tokens with punctuation inside, and the words raw text gives them.
+SPLIT_WORDS = ["U.S.", "officials", "met", "Hewlett-Packard", "and", "Paris", "Saint-Germain",
+               "on", "1996-08-22", "."]
+SPLIT_TAGS = ["B-LOC", "O", "O", "B-ORG", "O", "B-ORG", "I-ORG", "O", "O", "O"]
+SPLIT_PART_TAGS = {
+    "IOB2": ["B-LOC", "I-LOC", "I-LOC", "I-LOC", "O", "O", "B-ORG", "I-ORG", "I-ORG", "O",
+             "B-ORG", "I-ORG", "I-ORG", "I-ORG", "O", "O", "O", "O", "O", "O", "O"],
+    "BIOES": ["B-LOC", "I-LOC", "I-LOC", "E-LOC", "O", "O", "B-ORG", "I-ORG", "E-ORG", "O",
+              "B-ORG", "I-ORG", "I-ORG", "E-ORG", "O", "O", "O", "O", "O", "O", "O"],
+}
+BIOES_TAGS = ["O"] + [f"{p}-{k}" for k in ("LOC", "MISC", "ORG", "PER") for p in "BIES"]
+
+
+def split_task(scheme, word_split="raw", sequence_length=32):
+    tags = TAGS if scheme == "IOB2" else BIOES_TAGS
+    return task_instance(NAME, {"tags": tags, "scheme": scheme, "word_split": word_split},
+                         sequence_length=sequence_length)
+
+
+def one_hot(encoded, task):
+    """Logits that pick each trained position's target (O elsewhere)."""
+    return {"logits": np.where(np.arange(len(task.tags)) == encoded.targets[..., None], 10.0, 0.0)}
+
+
+@pytest.mark.parametrize(
+    "tag, parts, expected",
+    [
+        ("B-PER", 3, ["B-PER", "I-PER", "I-PER"]),
+        ("I-PER", 2, ["I-PER", "I-PER"]),
+        ("O", 3, ["O", "O", "O"]),
+        ("B-LOC", 1, ["B-LOC"]),
+        ("S-LOC", 4, ["B-LOC", "I-LOC", "I-LOC", "E-LOC"]),
+        ("S-LOC", 2, ["B-LOC", "E-LOC"]),
+        ("B-ORG", 2, ["B-ORG", "I-ORG"]),
+        ("E-ORG", 3, ["I-ORG", "I-ORG", "E-ORG"]),
+        ("S-MISC", 1, ["S-MISC"]),
+    ],
+)
+def test_split_tags(tag, parts, expected):
+    """A token's later parts continue its entity; BIOES ends it at the last; `joined_tag` undoes it."""
+    assert split_tags(tag, parts) == expected
+    assert joined_tag(expected[0], expected[-1]) == tag
+
+
+@pytest.mark.parametrize("scheme", ["IOB2", "BIOES"])
+def test_word_split_trains_the_words_of_raw_text(scheme):
+    """`U.S.`, `Hewlett-Packard`, `Saint-Germain` (an I- token), `1996-08-22` (O) are trained
+    as raw text splits them; the ids and where each CoNLL word is read do not change."""
+    tags = SPLIT_TAGS if scheme == "IOB2" else [
+        "S-LOC", "O", "O", "S-ORG", "O", "B-ORG", "E-ORG", "O", "O", "O"
+    ]
+    example = {"words": SPLIT_WORDS, "tags": tags, "lines": list(range(1, 11)), "line": 1}
+    task, whole = split_task(scheme), split_task(scheme, "none")
+    encoded, former = task.encode([example]), whole.encode([example])
+    for name in ("token_ids", "segment_ids", "padding_mask"):
+        np.testing.assert_array_equal(encoded.features[name], former.features[name])
+    for name in ("word_row", "word_position", "word_splits"):
+        np.testing.assert_array_equal(encoded.extra[name], former.extra[name])
+    assert encoded.extra["word_parts"].tolist() == [4, 1, 1, 3, 1, 1, 3, 1, 5, 1]
+    trained = encoded.targets[encoded.targets != IGNORED]
+    assert [task.tags[i] for i in trained] == SPLIT_PART_TAGS[scheme]
+    # "none": each token one word, trained at its first piece only.
+    assert [whole.tags[i] for i in former.targets[former.targets != IGNORED]] == tags
+    # The trained positions are those `predict` reads on the sentence as raw text.
+    (raw,) = task.examples_from_texts([" ".join(SPLIT_WORDS)])
+    read = task.encode([raw], targets=False).extra
+    assert sorted(zip(read["word_row"], read["word_position"])) == sorted(
+        zip(*np.nonzero(encoded.targets != IGNORED))
+    )
+    # Perfect part tags give back every CoNLL word's tag.
+    (prediction,) = task.decode([example], encoded, one_hot(encoded, task))
+    assert prediction["tags"] == tags
+
+
+@pytest.mark.parametrize("scheme", ["IOB2", "BIOES"])
+def test_word_split_keeps_evaluation_on_conll_words(dev, scheme):
+    """On dev (windows at length 32): "raw" reads each CoNLL word where "none" does, so the
+    same logits give the same tags (IOB2) and gold part tags give F1 1 (IOB2 and BIOES)."""
+    examples = [{**e, "tags": to_scheme(e["tags"], scheme)} for e in dev[:300]]
+    task, whole = split_task(scheme), split_task(scheme, "none")
+    encoded, former = task.encode(examples), whole.encode(examples)
+    for name in ("token_ids", "padding_mask"):
+        np.testing.assert_array_equal(encoded.features[name], former.features[name])
+    np.testing.assert_array_equal(encoded.extra["word_row"], former.extra["word_row"])
+    np.testing.assert_array_equal(encoded.extra["word_position"], former.extra["word_position"])
+    assert (encoded.targets != IGNORED).sum() > (former.targets != IGNORED).sum()
+    if scheme == "IOB2":
+        shape = encoded.features["token_ids"].shape + (len(TAGS),)
+        logits = {"logits": np.random.default_rng(0).normal(size=shape)}
+        assert task.decode(examples, encoded, logits) == whole.decode(examples, former, logits)
+    predictions = task.decode(examples, encoded, one_hot(encoded, task))
+    gold = [e["tags"] for e in examples]
+    assert [p["tags"] for p in predictions] == gold
+    assert entity_metrics(gold, [p["tags"] for p in predictions])["f1"] == 1.0
+
+
+def test_word_split_of_words_without_pieces():
+    """A token of control characters only (U+200B) stays one [UNK] word; one with a piece
+    after it, or a space inside (JSON Lines), is split around them; the ids do not change."""
+    example = {"words": ["\u200b", "U.S.", "\u200b-x", "New York"], "tags": ["O", "B-LOC", "B-PER", "B-LOC"],
+               "lines": [1] * 4, "line": 1}
+    task, whole = split_task("IOB2"), split_task("IOB2", "none")
+    encoded, former = task.encode([example]), whole.encode([example])
+    np.testing.assert_array_equal(encoded.features["token_ids"], former.features["token_ids"])
+    assert encoded.features["token_ids"][0, 1] == task.tokenizer.unk_id
+    assert encoded.extra["word_parts"].tolist() == [1, 4, 2, 2]
+    assert [task.tags[i] for i in encoded.targets[encoded.targets != IGNORED]] == [
+        "O", "B-LOC", "I-LOC", "I-LOC", "I-LOC", "B-PER", "I-PER", "B-LOC", "I-LOC"
+    ]
+
+
+def test_word_split_setting_and_former_folders(tmp_path):
+    """The split is stored with the model; a folder written before it trained whole tokens."""
+    task = task_instance(NAME, SETTINGS)
+    assert task.word_split == "none" and task.settings()["word_split"] == "none"
+    task.use_options({"tag_scheme": "auto"})
+    assert task.word_split == "none"
+    task.use_options({"word_split": "raw"})
+    assert task.settings() == {**SETTINGS, "word_split": "raw"}
+    assert TASKS[NAME].resolve_options({})["word_split"] == "raw"
+    with pytest.raises(ValueError, match="word_split='bpe'; expected one of raw, none"):
+        task.use_options({"word_split": "bpe"})
+    folder = ModelFolder.load(write_task_folder(tmp_path / "model", NAME, SETTINGS, TINY))
+    folder.use_options({})
+    assert folder.task.word_split == "none"
+
+
 # === Bad input: one line naming file and line, nothing written ===
 
 
@@ -313,6 +444,7 @@ def test_cli_evaluate_and_predict(trained, capsys):
     assert row["text"] == text
     for entity in row["entities"]:
         assert text[entity["start"] : entity["end"]] == entity["text"] and 0 < entity["score"] <= 1
+    assert json.load(open(os.path.join(trained["model"], "kbert.json")))["task_settings"]["word_split"] == "raw"
     assert main(["predict", "--model", trained["model"], "--input", trained["dev"]]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(rows) == 40 and all(len(r["tags"]) == len(r["tokens"]) for r in rows)

@@ -15,6 +15,13 @@ predicted from the window where its first piece has the most context
 (google-research/bert's `_check_is_max_context`), so no word is dropped or
 counted twice.
 
+A data token with punctuation inside (CoNLL's `U.S.`, `1996-08-22`) is
+several words in raw text. With `--word-split raw` (the default) training
+splits it as raw text is split and tags each later part inside the token's
+entity (`split_tags`), so that every word `predict` reads was trained; the
+token is still evaluated, and its tag read, at its first piece.
+`--word-split none` trains the token's first piece only, as the paper.
+
 `kbert evaluate` reports entity-level `precision`, `recall` and `f1` (micro),
 counted as CoNLL's `conlleval` and `seqeval` count them (an entity counts when
 its type and both boundaries are exact; chunks are read from any scheme,
@@ -28,15 +35,17 @@ whose pieces are the tokenizer's own on the whole text.
 
 import functools
 import json
+import re
 
 import numpy as np
 
 from kbert.config import ENCODER_INPUTS
+from kbert.recipes import Recipe
 from kbert.tabular import read_text
 from kbert.tasks.base import ENCODE_CHUNK, FLOAT_TOLERANCE, Encoded, Option, Task
 
 # The target of positions the loss and the metric ignore: [CLS], [SEP],
-# padding and every piece of a word but its first.
+# padding and every piece of a word (or of a word's part) but its first.
 IGNORED = -1
 OUTSIDE = "O"
 SCHEMES = ("IOB1", "IOB2", "BIOES")
@@ -45,6 +54,12 @@ AUTO = "auto"
 PREFIXES = {"IOB1": ("B", "I"), "IOB2": ("B", "I"), "BIOES": ("B", "I", "E", "S")}
 # CoNLL-2003's document separator line.
 DOCSTART = "-DOCSTART-"
+# Lines a text file's CoNLL look is judged on (`looks_like_conll`).
+CONLL_SNIFF_LINES = 50
+# A tag as CoNLL files end their lines with: O, or a scheme prefix and a type.
+_TAG = re.compile(r"O|[BIESLU]-[A-Za-z]\S*")
+# The most columns a CoNLL line has (CoNLL-2003: token, POS, chunk, tag).
+CONLL_MAX_COLUMNS = 5
 # Windows start every `sequence_length - 2` pieces times this fraction: each
 # piece but those at a sentence's ends then has at least a quarter window of
 # context on either side in its best window.
@@ -54,6 +69,18 @@ WINDOW_STRIDE_FRACTION = 0.5
 # quantized one half a point.
 FLOAT_F1_BUDGET = 0.001
 F1_BUDGETS = {"fp16": 0.005, "dynamic": 0.005, "int8": 0.005, "16x8": 0.005}
+# `word_split`: how training splits a data token into the words it tags.
+# "raw": as `predict` splits raw text (at punctuation, `U.S.` -> `U . S .`),
+# each later word tagged inside the token's entity, so that the model has
+# seen every word raw text gives it; "none": a token is one word, tagged at
+# its first piece only (BERT's paper). A model folder written before the
+# option existed names none: it was trained on whole tokens.
+WORD_SPLITS = ("raw", "none")
+FORMER_WORD_SPLIT = "none"
+# docs/tasks/token-classification.md: MiniLM on CoNLL-2003, 3 epochs at 1e-4,
+# dev entity F1 90.5 (seed 1: 90.9), about a point above 5e-5 (89.5); no
+# other epoch count or sequence length was trained.
+RECIPE = Recipe(epochs=3, learning_rate=1e-4, batch_size=32, sequence_length=128)
 
 
 class TokenClassification(Task):
@@ -63,13 +90,25 @@ class TokenClassification(Task):
         tokenizer, sequence_length: see `Task`.
         tags: list of str. Tag names in output order, "O" first.
         scheme: str. The training data's tag scheme, one of `SCHEMES`.
+        word_split: str. One of `WORD_SPLITS`: how a data token is split into
+            the words trained and read (`split_tags`).
     """
 
     name = "token-classification"
     description = (
         "words -> a tag each (named entities); CoNLL files or JSON Lines of tokens and tags"
     )
-    options = (Option("tag_scheme", "tag scheme: auto (detected), IOB1, IOB2 or BIOES", AUTO),)
+    options = (
+        Option("tag_scheme", "tag scheme: auto (detected), IOB1, IOB2 or BIOES", AUTO),
+        Option(
+            "word_split",
+            "how training splits each data token: raw as predict splits raw text (U.S. -> "
+            "U . S ., later words inside the token's entity), none keeps it one word",
+            WORD_SPLITS[0],
+            WORD_SPLITS,
+        ),
+    )
+    recipe = RECIPE
     outputs = ("logits",)
     reads_sequence = True
     target_padding = IGNORED
@@ -81,7 +120,7 @@ class TokenClassification(Task):
     # builtin and tf-text ops cannot compute (see docs/tasks/token-classification.md).
     tflite_text_variant = False
 
-    def __init__(self, tokenizer, sequence_length, tags, scheme):
+    def __init__(self, tokenizer, sequence_length, tags, scheme, word_split=FORMER_WORD_SPLIT):
         super().__init__(tokenizer, sequence_length)
         if scheme not in SCHEMES:
             raise ValueError(f"scheme={scheme!r}; expected one of {', '.join(SCHEMES)}")
@@ -101,6 +140,7 @@ class TokenClassification(Task):
         self.scheme = scheme
         self.stride = max(1, int((sequence_length - 2) * WINDOW_STRIDE_FRACTION))
         self._tag_ids = {tag: index for index, tag in enumerate(tags)}
+        self.use_options({"word_split": word_split})
 
     # === Data ===
 
@@ -130,7 +170,14 @@ class TokenClassification(Task):
         return {"tags": tags, "scheme": detect_scheme(example["tags"] for example in examples)}
 
     def settings(self):
-        return {"tags": list(self.tags), "scheme": self.scheme}
+        return {"tags": list(self.tags), "scheme": self.scheme, "word_split": self.word_split}
+
+    def use_options(self, options):
+        word_split = (options or {}).get("word_split")
+        if word_split is not None:
+            if word_split not in WORD_SPLITS:
+                raise ValueError(f"word_split={word_split!r}; expected one of {', '.join(WORD_SPLITS)}")
+            self.word_split = word_split
 
     def check(self, examples, source):
         self.tag_ids(examples, source)
@@ -178,48 +225,99 @@ class TokenClassification(Task):
     def encode(self, examples, targets=True):
         """Windows of `examples`' pieces; `extra` says where each word's first piece went.
 
+        Each word is cut into parts (`_part_ids`: with `word_split` "raw", the
+        words raw text would give; else the word itself). Every part's first
+        piece is trained on its tag (`split_tags`), which is the word's own
+        for its first part; its other pieces are `IGNORED`.
+
         `extra` holds int arrays over all words of all examples, in order:
-        `word_row` and `word_position` (the row and position its tag is read
-        from), and `word_splits` (example i's words are
-        `word_splits[i]:word_splits[i + 1]`).
+        `word_row` and `word_position` (the row and position of its first
+        piece, where its tag is read), `word_end_row` and `word_end_position`
+        (those of its last part's first piece, where BIOES reads whether it
+        ends an entity), `word_parts` (its number of parts) and `word_splits`
+        (example i's words are `word_splits[i]:word_splits[i + 1]`).
         """
         begins = range(0, len(examples), ENCODE_CHUNK)
-        parts = [self.windows(self._word_ids(examples[b : b + ENCODE_CHUNK])) for b in begins]
-        parts = [{key: value.numpy() for key, value in part.items()} for part in parts]
-        first_row = np.cumsum([0] + [len(part["example_of_row"]) for part in parts])
+        windowed, parts_of_word = [], []
+        for begin in begins:
+            part_ids, counts = self._part_ids(examples[begin : begin + ENCODE_CHUNK])
+            windowed.append({key: value.numpy() for key, value in self.windows(part_ids).items()})
+            parts_of_word.append(counts)
+        first_row = np.cumsum([0] + [len(part["example_of_row"]) for part in windowed])
         features = {
-            name: np.concatenate([part[name] for part in parts]).astype(np.int32) for name in ENCODER_INPUTS
+            name: np.concatenate([part[name] for part in windowed]).astype(np.int32)
+            for name in ENCODER_INPUTS
         }
+        part_row = np.concatenate([part["word_row"] + row for part, row in zip(windowed, first_row)])
+        part_position = np.concatenate([part["word_position"] for part in windowed])
+        counts = np.concatenate(parts_of_word)
+        first = np.cumsum(counts) - counts
+        last = first + counts - 1
         extra = {
-            "word_row": np.concatenate([part["word_row"] + row for part, row in zip(parts, first_row)]),
-            "word_position": np.concatenate([part["word_position"] for part in parts]),
+            "word_row": part_row[first],
+            "word_position": part_position[first],
+            "word_end_row": part_row[last],
+            "word_end_position": part_position[last],
+            "word_parts": counts,
             "word_splits": np.cumsum([0] + [len(example["words"]) for example in examples]),
         }
-        example_of_row = np.concatenate([part["example_of_row"] + b for part, b in zip(parts, begins)])
+        example_of_row = np.concatenate([part["example_of_row"] + b for part, b in zip(windowed, begins)])
         target = None
         if targets:
             target = np.full(features["token_ids"].shape, IGNORED, np.int32)
-            target[extra["word_row"], extra["word_position"]] = self.tag_ids(examples)
+            target[part_row, part_position] = self._part_tag_ids(examples, counts)
         return Encoded(features, target, example_of_row, extra)
 
-    def _word_ids(self, examples):
-        """The pieces of each word, `(examples, words, pieces)`; a word with none is [UNK].
+    def _part_ids(self, examples):
+        """The pieces of each word's parts, `(examples, parts, pieces)`, and each word's number of parts.
 
-        A pre-split word can be all control characters (U+200B), which the
-        tokenizer drops; it keeps a piece so that it is tagged all the same.
+        With `word_split` "raw" a word's parts are the words
+        `WordPieceTokenizer.words_with_offsets` cuts it into, as it cuts raw
+        text, whose pieces are together the word's own; else the word is one
+        part. A word that gives no piece (all control characters, U+200B) is
+        one part, [UNK], so that it is tagged all the same.
         """
         import tensorflow as tf
 
         words = [word for example in examples for word in example["words"]]
-        ids = self.tokenizer(tf.constant(words, tf.string))
+        if self.word_split == "raw":
+            ids = self.tokenizer.words_with_offsets(words)[0]  # (words, parts, pieces)
+            counts = ids.row_lengths().numpy()
+            ids = ids.values
+        else:
+            ids = self.tokenizer(tf.constant(words, tf.string))
+            counts = np.ones(len(words), np.int64)
         values, lengths = ids.flat_values.numpy(), ids.row_lengths().numpy()
+        partless = np.flatnonzero(counts == 0)
+        if partless.size:
+            lengths = np.insert(lengths, (np.cumsum(counts) - counts)[partless], 0)
+            counts = np.maximum(counts, 1)
         empty = np.flatnonzero(lengths == 0)
         if empty.size:
-            starts = np.cumsum(lengths) - lengths
-            values = np.insert(values, starts[empty], self.tokenizer.unk_id)
+            values = np.insert(values, (np.cumsum(lengths) - lengths)[empty], self.tokenizer.unk_id)
             lengths = np.maximum(lengths, 1)
-        per_word = tf.RaggedTensor.from_row_lengths(values.astype(np.int32), lengths)
-        return tf.RaggedTensor.from_row_lengths(per_word, [len(e["words"]) for e in examples])
+        per_part = tf.RaggedTensor.from_row_lengths(values.astype(np.int32), lengths)
+        part_splits = np.concatenate([[0], np.cumsum(counts)])
+        word_splits = np.cumsum([0] + [len(example["words"]) for example in examples])
+        return tf.RaggedTensor.from_row_splits(per_part, part_splits[word_splits]), counts
+
+    def _part_tag_ids(self, examples, counts):
+        """The tag id of every part of every word (`split_tags`), in order.
+
+        A word whose parts would need a tag the training data never had
+        (`I-X` where X only ever tagged single tokens) is trained on its first
+        part only, as with `word_split` "none".
+        """
+        word_ids = self.tag_ids(examples)
+        ids = np.repeat(word_ids, counts)
+        first = np.cumsum(counts) - counts
+        tags = [tag for example in examples for tag in example["tags"]]
+        for word in np.flatnonzero(counts > 1):
+            split = [self._tag_ids.get(tag) for tag in split_tags(tags[word], int(counts[word]))]
+            if None in split:
+                split = [word_ids[word]] + [IGNORED] * (len(split) - 1)
+            ids[first[word] : first[word] + counts[word]] = split
+        return ids
 
     def windows(self, word_ids):
         """Packed windows over each example's pieces, and where each word is read from.
@@ -328,15 +426,23 @@ class TokenClassification(Task):
         return {"logits": logits, "compared": features["padding_mask"] == 1}
 
     def decode(self, examples, encoded, outputs):
-        """Each example's tags and their probabilities, read at its words' first pieces."""
+        """Each example's tags and their probabilities, read at its words' first pieces.
+
+        Under BIOES a word cut into parts ends an entity where its last part
+        does (`joined_tag`); its score is its first part's.
+        """
         extra = encoded.extra
-        logits = np.asarray(outputs["logits"])[extra["word_row"], extra["word_position"]]
-        probabilities = _softmax(logits)
+        logits = np.asarray(outputs["logits"])
+        probabilities = _softmax(logits[extra["word_row"], extra["word_position"]])
         ids = probabilities.argmax(axis=-1)
         scores = probabilities[np.arange(len(ids)), ids]
+        tags = [self.tags[i] for i in ids]
+        if self.scheme == "BIOES":
+            ends = logits[extra["word_end_row"], extra["word_end_position"]].argmax(axis=-1)
+            tags = [joined_tag(tag, self.tags[i]) for tag, i in zip(tags, ends)]
         splits = extra["word_splits"]
         return [
-            {"tags": [self.tags[i] for i in ids[a:b]], "scores": scores[a:b].tolist()}
+            {"tags": tags[a:b], "scores": scores[a:b].tolist()}
             for a, b in zip(splits[:-1], splits[1:])
         ]
 
@@ -423,7 +529,8 @@ class TokenClassification(Task):
 
         The signature splits each text into words itself; a pre-split word
         (CoNLL's "1996-08-22") may be several of its words, and is read from
-        the first, whose first piece is the same. Returns `logits` and
+        the first, whose first piece is the same (and, for BIOES, from its
+        last part's, the word `word_parts - 1` on). Returns `logits` and
         `compared`, the positions it filled (where agreement is measured).
         """
         encoded = self.encode(examples, targets=False)
@@ -443,6 +550,12 @@ class TokenClassification(Task):
                         at = extra["word_row"][word], extra["word_position"][word]
                         logits[at] = word_logits[i, index[start]]
                         compared[at] = True
+                        # Its last part (BIOES reads it): the served word as many on.
+                        end = index[start] + extra["word_parts"][word] - 1
+                        if end < len(served_starts[i]) and served_starts[i][end] >= 0:
+                            at = extra["word_end_row"][word], extra["word_end_position"][word]
+                            logits[at] = word_logits[i, end]
+                            compared[at] = True
         return {"logits": logits, "compared": compared}
 
     def scores(self, outputs):
@@ -487,6 +600,14 @@ def _read_conll(path, targets):
             words.clear(), tags.clear(), lines.clear()
 
     for number, line in enumerate(read_text(path).splitlines(), 1):
+        fields = line.split("\t")
+        if len(fields) > 1 and any(" " in field.strip() for field in fields):
+            # A CoNLL column is one token; a tab-separated field with spaces
+            # is a sentence: a CSV/TSV data file of another task.
+            raise ValueError(
+                f"{path}, line {number}: a column holds words with spaces ({_short(line)}); expected "
+                "CoNLL, one token a line with its tag last (a data file of another task?)"
+            )
         columns = line.split()
         if not columns or columns[0] == DOCSTART:
             close()
@@ -500,6 +621,26 @@ def _read_conll(path, targets):
         lines.append(number)
     close()
     return examples
+
+
+def _short(line, most=60):
+    line = line.strip().replace("\t", " | ")
+    return repr(line if len(line) <= most else line[: most - 3] + "...")
+
+
+def looks_like_conll(lines):
+    """The first line of `lines` (1-based) if they look like CoNLL, one token and its tag a line; else None.
+
+    A text file `predict` reads as one text a line is refused when it is
+    CoNLL: every non-blank line of its first `CONLL_SNIFF_LINES` has two or
+    more columns and a tag (O, B-X, I-X, ...) last, or one is -DOCSTART-.
+    """
+    sample = [(number, line.split()) for number, line in enumerate(lines[:CONLL_SNIFF_LINES], 1) if line.strip()]
+    if any(columns[0] == DOCSTART for _, columns in sample):
+        return 1
+    if sample and all(2 <= len(columns) <= CONLL_MAX_COLUMNS and _TAG.fullmatch(columns[-1]) for _, columns in sample):
+        return sample[0][0]
+    return None
 
 
 def _read_jsonl(path, targets):
@@ -516,7 +657,12 @@ def _read_jsonl(path, targets):
         if not isinstance(record, dict) or any(key not in record for key in keys):
             raise ValueError(f"{path}, line {number}: expected an object with {' and '.join(map(repr, keys))}")
         words = record["tokens"]
-        if not isinstance(words, list) or not words:
+        if not isinstance(words, list):
+            raise ValueError(
+                f"{path}, line {number}: 'tokens' is a {type(words).__name__}; expected a list of "
+                'token strings, such as ["EU", "rejects", "German", "call"]'
+            )
+        if not words:
             raise ValueError(f"{path}, line {number}: an empty sentence; expected a list of tokens")
         if not all(isinstance(word, str) and word.strip() for word in words):
             raise ValueError(f"{path}, line {number}: every token must be a non-blank string")
@@ -619,6 +765,39 @@ def check_scheme(examples, scheme, path):
             index, reason = error
             raise ValueError(f"{path}, line {example['lines'][index]}: {reason}; scheme {scheme}{detected}")
     return scheme
+
+
+def split_tags(tag, parts):
+    """The tags of a word's `parts` parts: the first begins as the word, the others continue it.
+
+    "B-LOC" in 3 -> B-LOC I-LOC I-LOC; "I-LOC" -> all I-LOC; "O" -> all O;
+    in BIOES an entity that ends with the word ends at its last part
+    ("S-LOC" -> B-LOC I-LOC E-LOC, "E-LOC" -> I-LOC I-LOC E-LOC), so that
+    the parts follow the scheme and `joined_tag` gives the word's tag back.
+    """
+    prefix, kind = _split_tag(tag)
+    if parts == 1 or tag == OUTSIDE:
+        return [tag] * parts
+    begins, ends = prefix in ("B", "S"), prefix in ("E", "S")
+    first = ("B" if begins else "I") + "-" + kind
+    return [first] + [f"I-{kind}"] * (parts - 2) + [("E" if ends else "I") + "-" + kind]
+
+
+def joined_tag(first, last):
+    """A BIOES word's tag from the tags of its first and last parts (`split_tags` undone).
+
+    The first part gives the type and whether the word begins an entity; the
+    word ends it unless its last part continues it (B- or I- of that type).
+    """
+    prefix, kind = _split_tag(first)
+    if first == OUTSIDE or prefix not in PREFIXES["BIOES"]:
+        return first
+    last_prefix, last_kind = _split_tag(last)
+    begins = prefix in ("B", "S")
+    ends = not (last_prefix in ("B", "I") and last_kind == kind)
+    return {(True, True): "S", (True, False): "B", (False, True): "E", (False, False): "I"}[
+        begins, ends
+    ] + "-" + kind
 
 
 # === Entities and their figures ===
