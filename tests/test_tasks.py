@@ -417,7 +417,7 @@ def trained_pairs(tmp_path_factory):
     assert main(["finetune", "--task", "text-pair-regression", "--train", str(folder / "train.tsv"),
                  "--dev", str(folder / "dev.tsv"), "--init", "bert_tiny", "--vocab", vocab,
                  "--seq-len", "64", "--batch-size", "16", "--epochs", "2", "--lr", "1e-3",
-                 "--out", out]) == 0
+                 "--dtype", "float32", "--out", out]) == 0
     return {"model": out, "dev": str(folder / "dev.tsv"), "folder": folder}
 
 

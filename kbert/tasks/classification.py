@@ -5,11 +5,7 @@ Not a task itself: `text_classification` and `text_pair_classification` are.
 
 import numpy as np
 
-from kbert.tasks.base import TextTask
-
-# Quantized artefacts may lose this much accuracy (a fraction) against the
-# Keras model: 0.1 point for float16, half a point for the int8 schemes.
-ACCURACY_BUDGETS = {"fp16": 0.001, "dynamic": 0.005, "int8": 0.005, "16x8": 0.005}
+from kbert.tasks.base import METRIC_BUDGETS, TextTask, softmax
 
 
 class ClassificationTask(TextTask):
@@ -23,7 +19,7 @@ class ClassificationTask(TextTask):
     outputs = ("logits",)
     metric = "accuracy"
     metric_scale = 100
-    budgets = ACCURACY_BUDGETS
+    budgets = METRIC_BUDGETS
 
     def __init__(self, tokenizer, sequence_length, labels):
         super().__init__(tokenizer, sequence_length)
@@ -108,7 +104,7 @@ class ClassificationTask(TextTask):
     def predict_json(self, examples, predictions):
         return [
             {
-                **self.input_json(example),
+                **self.serving_request(example),
                 "label": self.labels[int(np.argmax(row))],
                 "scores": {label: float(score) for label, score in zip(self.labels, row)},
             }
@@ -143,13 +139,6 @@ class ClassificationTask(TextTask):
             "max_abs_diff": float(np.abs(scores - expected).max()),
             "top1_agreement": float(np.mean(scores.argmax(-1) == expected.argmax(-1))),
         }
-
-
-def softmax(logits):
-    """Row-wise softmax in float64, returned as float32."""
-    logits = np.asarray(logits, np.float64)
-    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return (shifted / shifted.sum(axis=-1, keepdims=True)).astype(np.float32)
 
 
 def classification_metrics(label_ids, predicted_ids, label_names):

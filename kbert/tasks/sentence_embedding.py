@@ -27,9 +27,9 @@ import os
 import numpy as np
 
 from kbert.config import ENCODER_INPUTS, POOLINGS
-from kbert.tasks.base import Option, TextTask, check_finite
+from kbert.tasks.base import METRIC_BUDGETS, Option, TextTask, check_finite
 from kbert.tasks.text_pair_classification import PAIR_OPTIONS
-from kbert.tasks.text_pair_regression import SPEARMAN_BUDGETS, TextPairRegression, regression_metrics
+from kbert.tasks.text_pair_regression import TextPairRegression, regression_metrics
 
 DEFAULT_POOLING = "mean"
 DEFAULT_NORMALIZE = True
@@ -95,7 +95,7 @@ class SentenceEmbedding(TextTask):
     outputs = ("embedding",)
     reads_sequence = True
     metric = "spearman"
-    budgets = SPEARMAN_BUDGETS
+    budgets = METRIC_BUDGETS
     mediapipe = "text_embedder"
     trainable = False
 

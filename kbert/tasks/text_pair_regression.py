@@ -19,11 +19,9 @@ import sys
 import numpy as np
 
 from kbert.recipes import Recipe
-from kbert.tasks.base import Option, TextTask
+from kbert.tasks.base import METRIC_BUDGETS, Option, TextTask
 from kbert.tasks.text_pair_classification import PAIR_OPTIONS
 
-# A quantized artefact may lose this much Spearman correlation.
-SPEARMAN_BUDGETS = {"fp16": 0.001, "dynamic": 0.005, "int8": 0.005, "16x8": 0.005}
 HEADS = ("cross-cosine", "cross")
 # Model folders written before `--head` hold the [CLS] head alone.
 FORMER_HEAD = "cross"
@@ -103,7 +101,7 @@ class TextPairRegression(TextTask):
     text_inputs = ("sentence1", "sentence2")
     outputs = ("score",)
     metric = "spearman"
-    budgets = SPEARMAN_BUDGETS
+    budgets = METRIC_BUDGETS
 
     @classmethod
     def parse_target(cls, value, path, line):
@@ -217,7 +215,7 @@ class TextPairRegression(TextTask):
 
     def predict_json(self, examples, predictions):
         return [
-            {**self.input_json(example), "score": float(score)}
+            {**self.serving_request(example), "score": float(score)}
             for example, score in zip(examples, predictions)
         ]
 

@@ -42,7 +42,7 @@ import numpy as np
 from kbert.config import ENCODER_INPUTS
 from kbert.recipes import Recipe
 from kbert.tabular import read_text
-from kbert.tasks.base import ENCODE_CHUNK, FLOAT_TOLERANCE, Encoded, Option, Task
+from kbert.tasks.base import ENCODE_CHUNK, FLOAT_TOLERANCE, Encoded, Option, Task, softmax
 
 # The target of positions the loss and the metric ignore: [CLS], [SEP],
 # padding and every piece of a word (or of a word's part) but its first.
@@ -433,7 +433,7 @@ class TokenClassification(Task):
         """
         extra = encoded.extra
         logits = np.asarray(outputs["logits"])
-        probabilities = _softmax(logits[extra["word_row"], extra["word_position"]])
+        probabilities = softmax(logits[extra["word_row"], extra["word_position"]])
         ids = probabilities.argmax(axis=-1)
         scores = probabilities[np.arange(len(ids)), ids]
         tags = [self.tags[i] for i in ids]
@@ -559,7 +559,7 @@ class TokenClassification(Task):
         return {"logits": logits, "compared": compared}
 
     def scores(self, outputs):
-        return _softmax(outputs["logits"])
+        return softmax(outputs["logits"])
 
     def agreement(self, outputs, reference):
         """Largest difference of tag probabilities, where both give them (`compared`)."""
@@ -891,12 +891,6 @@ def word_offsets(example):
         ends.append(position + len(word))
         position += len(word) + 1
     return " ".join(example["words"]), starts, ends
-
-
-def _softmax(logits):
-    logits = np.asarray(logits, np.float64)
-    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return (shifted / shifted.sum(axis=-1, keepdims=True)).astype(np.float32)
 
 
 @functools.lru_cache(maxsize=None)
