@@ -405,14 +405,22 @@ def test_a_real_signal_ends_finetune_in_one_line(tmp_path, small_csvs, vocab_fil
 
     out = tmp_path / "model"
     command = [sys.executable, "-m", "kbert.cli", *finetune_args(small_csvs, vocab_file, out, "--epochs", "50")]
+    # A command typed in a shell starts with SIGINT at its default; one started
+    # in the background of a script (as CI may run the suite) inherits SIGINT
+    # ignored, as Unix wants, so the child is given the default back.
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+                               env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     checkpoint = tmp_path / ".kbert-resume-model" / "latest" / "training_metadata.json"
     deadline = time.monotonic() + 300
     while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert process.poll() is None, "finetune ended before its first epoch's checkpoint was seen"
     process.send_signal(how)
-    _, err = process.communicate(timeout=120)
+    try:
+        _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()  # nothing, when it has stopped
     assert process.returncode == 128 + how, err[-2000:]
     assert "Traceback" not in err
     assert err.splitlines()[-1].startswith("kbert: interrupted; the last complete epoch is in ")
