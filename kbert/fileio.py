@@ -145,9 +145,7 @@ def read_manifest(folder):
     if not os.path.lexists(path):
         return None
     try:
-        with open(path, encoding="utf-8") as f:
-            manifest = json.load(f)
-        return {str(name) for name in manifest["files"]}
+        return {str(name) for name in read_json(path)["files"]}
     except (OSError, ValueError, KeyError, TypeError):
         return set()
 

@@ -52,8 +52,7 @@ def is_model_folder(path):
     if not os.path.isfile(settings):
         return False
     try:
-        with open(settings, encoding="utf-8") as f:
-            return "bert_config" in json.load(f)
+        return "bert_config" in read_json(settings)
     except (OSError, ValueError):
         return False
 
