@@ -43,7 +43,7 @@ test-slow: $(STAMP)
 	$(PYTEST) -m slow
 
 bench: $(STAMP)
-	$(PY) tools/benchmark.py --task classifier --presets minilm_l6_h384 --seq-lens 128 \
+	$(PY) tools/benchmarks/benchmark.py --task classifier --presets minilm_l6_h384 --seq-lens 128 \
 	  $(if $(wildcard $(OUT)/model.keras),--inference-model $(OUT))
 
 # BERT pretraining and fine-tuning on one GPU, kbert + Keras/JAX against

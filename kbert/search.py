@@ -18,7 +18,7 @@ A query is embedded by the model the index names, and scored against every
 row by one matrix product: exact cosine similarity, brute force. Memory and
 time grow with `count x dimension`: for a million 384-dimensional texts,
 1.5 GB held in memory and, on two CPU cores, 0.13 s per query alone or
-0.02 s per query in batches of 64 (`tools/benchmark_embedding.py`). That is
+0.02 s per query in batches of 64 (`tools/benchmarks/benchmark_embedding.py`). That is
 where it stops being the right tool; beyond, use an approximate index
 (FAISS's IVF or HNSW, ScaNN) on the same unit vectors.
 """

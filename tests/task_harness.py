@@ -13,9 +13,9 @@ SEQUENCE_LENGTH = 16
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def load_tool(name):
-    """The script `tools/<name>.py` as a module (tools/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "tools", f"{name}.py"))
+def load_tool(name, folder=os.path.join("tools", "benchmarks")):
+    """The script `<folder>/<name>.py` as a module (the scripts' folders are not packages)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, folder, f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,4 @@
-"""tools/benchmark.py as it runs on an accelerator machine: JAX backend, no TensorFlow.
+"""tools/benchmarks/benchmark.py as it runs on an accelerator machine: JAX backend, no TensorFlow.
 
 The GPU figures of the scale issue come from machines whose image has JAX with
 CUDA but no TensorFlow (its wheel is too large to carry there), so the model
@@ -16,6 +16,7 @@ import textwrap
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOL = os.path.join(ROOT, "tools", "benchmarks", "benchmark.py")
 TIMEOUT_S = 300
 
 _BLOCKED_RUN = textwrap.dedent(
@@ -39,7 +40,7 @@ _BLOCKED_RUN = textwrap.dedent(
 @pytest.mark.parametrize("task", ["mlm", "classifier"])
 def test_benchmark_runs_under_jax_without_tensorflow(task, tmp_path):
     command = [
-        sys.executable, "-c", _BLOCKED_RUN, os.path.join(ROOT, "tools", "benchmark.py"),
+        sys.executable, "-c", _BLOCKED_RUN, TOOL,
         "--quick", "--impls", "kbert", "--xla", "on", "--task", task,
         "--peak-tflops", "989", "--out", str(tmp_path),
     ]
@@ -66,7 +67,7 @@ def test_benchmark_runs_under_jax_without_tensorflow(task, tmp_path):
 )
 def test_benchmark_rejects_bad_arguments(arguments, message, tmp_path):
     done = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "tools", "benchmark.py"), "--out", str(tmp_path), *arguments],
+        [sys.executable, TOOL, "--out", str(tmp_path), *arguments],
         cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S,
     )
     assert done.returncode == 2 and message in done.stderr.strip().splitlines()[-1]

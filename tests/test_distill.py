@@ -415,7 +415,7 @@ def test_distill_question_answering(answerer, capsys):
 
 @pytest.mark.slow
 def test_benchmark_distill_tool(classifier, tmp_path, capsys):
-    """tools/benchmark_distill.py on the tiny teacher and a 1-block student: both exported,
+    """tools/benchmarks/benchmark_distill.py on the tiny teacher and a 1-block student: both exported,
     every file evaluated, sized and timed, the smaller model with fewer parameters."""
     student = str(tmp_path / "student")
     assert main(["distill", "--teacher", classifier["teacher"], "--train", classifier["train"],

@@ -1,7 +1,8 @@
 """The docs cannot drift from the code.
 
 Every `kbert ...` command in a code block of the user docs parses with the real
-command line; every relative link resolves (headings included); the README's
+command line; every script they name exists; every relative link resolves
+(headings included); the README's
 Python snippets run, on a tiny checkpoint; the README stays short, with its
 first `kbert finetune` near the top.
 """
@@ -29,7 +30,8 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
 def doc_files():
     """The user docs, relative to the repository root."""
-    paths = ["README.md", "CONTRIBUTING.md", "mobile/README.md", "saved_models/README.md"]
+    paths = ["README.md", "CONTRIBUTING.md", "mobile/README.md", "saved_models/README.md", "tools/README.md",
+             "tools/benchmarks/README.md"]
     paths += sorted(
         os.path.relpath(path, ROOT) for path in glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)
     )
@@ -94,6 +96,21 @@ def test_command_parses(where, argv):
     except SystemExit as exit:
         if exit.code:
             pytest.fail(f"{where}: `kbert {shlex.join(argv)}` does not parse (exit {exit.code})")
+
+
+def named_scripts():
+    """(where, path) of every script under tools/ or mobile/ that the docs name."""
+    script = re.compile(r"(?<![\w/.])((?:tools|mobile)/[\w/]*\.py)\b")
+    found = []
+    for path in doc_files():
+        for number, line in enumerate(read(path).splitlines(), 1):
+            found += [(f"{path}:{number}", match.group(1)) for match in script.finditer(line)]
+    return found
+
+
+@pytest.mark.parametrize("where, script", named_scripts(), ids=lambda value: value if isinstance(value, str) else None)
+def test_named_script_exists(where, script):
+    assert os.path.isfile(os.path.join(ROOT, script)), f"{where}: {script} does not exist"
 
 
 def slug(heading):

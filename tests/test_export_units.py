@@ -362,7 +362,7 @@ def test_tflite_int8_has_int8_matmuls(tmp_path):
 
 @pytest.mark.slow
 def test_benchmark_int8_tool(model_folder, tmp_path, capsys):
-    """tools/benchmark_int8.py on the tiny model: three files, their figures and timings."""
+    """tools/benchmarks/benchmark_int8.py on the tiny model: three files, their figures and timings."""
     tool = load_tool("benchmark_int8")
     out = tmp_path / "files"
     tool.main([

@@ -275,7 +275,8 @@ def test_write_rejects_a_vocabulary_without_pad_first(tmp_path, finetuned):
 
 def test_copy_model_to_app_copies_a_real_export(tmp_path, exported, finetuned):
     export_root = os.path.dirname(exported[0])
-    copies = load_tool("copy_model_to_app").copy_model_to_app(export_root, str(tmp_path / "assets"))
+    copy_tool = load_tool("copy_model_to_app", folder="mobile")
+    copies = copy_tool.copy_model_to_app(export_root, str(tmp_path / "assets"))
     with open(copies["labels"]) as f:
         assert f.read().splitlines() == finetuned.labels
     mediapipe.check_contract(copies["model"], finetuned.vocabulary, finetuned.labels, SEQ_LEN)

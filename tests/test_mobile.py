@@ -20,7 +20,7 @@ APP = os.path.join(ANDROID, "app")
 MAIN_ACTIVITY = os.path.join(APP, "src", "main", "java", "org", "kbert", "classifier", "MainActivity.kt")
 
 
-copy_tool = load_tool("copy_model_to_app")
+copy_tool = load_tool("copy_model_to_app", folder="mobile")
 
 
 def read(path):

@@ -1,4 +1,4 @@
-"""`tools/pretrain_debian.py` end to end on a cut of the Debian data, BERT-tiny.
+"""`tools/benchmarks/pretrain_debian.py` end to end on a cut of the Debian data, BERT-tiny.
 
 The real run (an hour, README) uses the same stages; here each is tiny: a
 200-piece vocabulary from 300 descriptions, 6 pretraining steps, and four
@@ -15,7 +15,7 @@ import pytest
 
 from tests.test_pretrain_cli import ROOT, TRAIN_CSV
 
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "tools", "benchmarks"))
 import pretrain_debian  # noqa: E402
 
 DEV_CSV = os.path.join(ROOT, "data", "debian-packages", "dev.csv")

@@ -46,7 +46,7 @@ SHORT = dict(sequence_length=64, doc_stride=16, max_query_length=24)
 
 @pytest.fixture(scope="module")
 def cmrc_path(tmp_path_factory):
-    """The CMRC trial set without question TRIAL_210 (tools/benchmark_qa.py writes it)."""
+    """The CMRC trial set without question TRIAL_210 (tools/benchmarks/benchmark_qa.py writes it)."""
     return load_tool("benchmark_qa").cmrc_without_bad_answers(str(tmp_path_factory.mktemp("cmrc")))
 
 

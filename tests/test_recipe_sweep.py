@@ -1,4 +1,4 @@
-"""tools/recipe_sweep.py: its rows are kbert's packer's, its train step is kbert's optimizer's."""
+"""tools/benchmarks/recipe_sweep.py: its rows are kbert's packer's, its train step is kbert's optimizer's."""
 
 import csv
 import json
@@ -107,7 +107,8 @@ def test_train_step_is_kbert_optimizers(prepared, tmp_path):
 def test_run_writes_a_record_per_seed_and_variant(prepared, tmp_path):
     _, folder = prepared
     out = tmp_path / "sweep.jsonl"
-    stdout = _jax([os.path.join(ROOT, "tools", "recipe_sweep.py"), "run", "--data", str(folder / "data"),
+    tool = os.path.join(ROOT, "tools", "benchmarks", "recipe_sweep.py")
+    stdout = _jax([tool, "run", "--data", str(folder / "data"),
                    "--seeds", "0-1", "--variants", "base,head_tail", "--max-train", "32",
                    "--max-dev", "8", "--out", str(out)], tmp_path)
     summaries = [json.loads(line) for line in stdout.splitlines()]

@@ -6,7 +6,7 @@ numpy's brute force, and the runtimes themselves (LiteRT, onnxruntime,
 TF's SavedModel loader, MediaPipe's `TextEmbedder` in its own environment).
 STS-B pairs come from `../shared/data/glue-stsb/dev.tsv`. MediaPipe on the
 real MiniLM against sentence-transformers is a figure of
-`tools/benchmark_embedding.py --parts mediapipe` (half a minute more here).
+`tools/benchmarks/benchmark_embedding.py --parts mediapipe` (half a minute more here).
 """
 
 import contextlib

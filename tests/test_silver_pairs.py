@@ -1,4 +1,4 @@
-"""`tools/silver_pairs.py`: silver STS pairs scored by a sentence-embedding checkpoint."""
+"""`tools/benchmarks/silver_pairs.py`: silver STS pairs scored by a sentence-embedding checkpoint."""
 
 import csv
 import json
@@ -12,10 +12,10 @@ import pytest
 from tests.test_sentence_embedding import write_checkpoint
 from tests.test_pretrain_cli import ROOT
 
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "tools", "benchmarks"))
 import silver_pairs  # noqa: E402
 
-TOOL = os.path.join(ROOT, "tools", "silver_pairs.py")
+TOOL = os.path.join(ROOT, "tools", "benchmarks", "silver_pairs.py")
 GOLD = [
     ("A man is playing a flute.", "A man plays the flute.", "4.8"),
     ("A man is playing a flute.", "A dog runs in a field.", "0.2"),

@@ -481,7 +481,7 @@ def test_pair_regression_export(trained_pairs):
     ],
 )
 def test_benchmark_variants_take_the_tasks_options(impls, message, capsys):
-    """`tools/benchmark_finetune.py --impls kbert:NAME=VALUE` passes task and recipe options to kbert's runs."""
+    """`tools/benchmarks/benchmark_finetune.py --impls kbert:NAME=VALUE` passes task and recipe options to kbert's runs."""
     from tests.task_harness import load_tool
 
     tool = load_tool("benchmark_finetune")
@@ -590,7 +590,7 @@ def test_benchmark_fit_phases_split_a_finetunes_fit(tmp_path):
 
 @pytest.mark.parametrize("value, expected", [("0", 0), ("16", 16), ("-3", None), ("x", None)])
 def test_profile_bucket_width_takes_0_for_random_batches(value, expected, capsys):
-    """`tools/profile_finetune.py --bucket-width`: 0 (random batches) or a positive
+    """`tools/benchmarks/profile_finetune.py --bucket-width`: 0 (random batches) or a positive
     integer; anything else is refused with one line naming the value."""
     from tests.task_harness import load_tool
 
@@ -609,7 +609,7 @@ def test_profile_bucket_width_takes_0_for_random_batches(value, expected, capsys
 
 @pytest.mark.slow
 def test_profile_interleave_fits_both_models_on_every_batch(capsys):
-    """`tools/profile_finetune.py --interleave`: the variant and the baseline each fit
+    """`tools/benchmarks/profile_finetune.py --interleave`: the variant and the baseline each fit
     the first two widths untimed, then every batch in turn; the ratio is that of
     their summed steps. `--interleave` with `--trace-steps` is refused."""
     import keras
@@ -644,7 +644,7 @@ def test_profile_interleave_fits_both_models_on_every_batch(capsys):
 
 
 def test_matmul_floor_sums_the_products_of_a_step(capsys):
-    """`tools/matmul_floor.py`: a block's matmul time is its four projections, its
+    """`tools/benchmarks/matmul_floor.py`: a block's matmul time is its four projections, its
     feed-forward layer (forward, input and kernel gradients each) and attention's
     products; a step is the full blocks plus the last block's keys and values."""
     from tests.task_harness import load_tool

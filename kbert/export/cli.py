@@ -110,7 +110,8 @@ def run_export(args):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # A SIGTERM (a killed CI job) then unwinds like Ctrl-C: the half-written
     # export folder beside OUT is removed. `kbert.cli.main` has its own
-    # handler, which also says what was kept; this one serves tools/export.py.
+    # handler, which also says what was kept (tools/export.py and
+    # tools/quantize.py go through it too); this one serves other callers.
     previous = signal.getsignal(signal.SIGTERM)
     if previous is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _exit_on_sigterm)

@@ -42,7 +42,7 @@ from kbert.export.options import CALIBRATED, DEFAULT_THREADS, SUPPORTED
 TFLITE_QUANTIZATIONS = SUPPORTED["tflite"]
 # The int8 recipe, applied with Google's AI Edge Quantizer to the float
 # model. Measured on the Debian classifier (MiniLM-L6, length 128, 950 dev
-# texts, 100 calibration texts; tools/benchmark_int8.py, 2 loaded cores):
+# texts, 100 calibration texts; tools/benchmarks/benchmark_int8.py, 2 loaded cores):
 # 22.3 MiB, accuracy 86.95 (float 86.63), 99.2% top-1 agreement with the
 # float file, 7.4 ms against dynamic int8's 7.2 ms in the same run.
 # - the FULLY_CONNECTED matmuls: int8 weights (per output channel) and int8

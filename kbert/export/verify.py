@@ -4,7 +4,7 @@ What an artefact must reproduce, and how much a quantized one may lose, is
 the task's to say (`Task.agreement`, `Task.judge`); this module times the
 artefacts and writes `report.json` and `report.md`. `machine()` names the
 machine a timing came from, for this report and for every benchmark in
-tools/.
+tools/benchmarks/.
 """
 
 import json

@@ -133,7 +133,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         zeroed in the compute dtype with the 1 / (1 - rate) factor put on
         the context. The same function as scaling the scores, masking with
         `where` and dropping the float32 probabilities, in 4% less time a
-        step at 128 tokens (tools/profile_finetune.py).
+        step at 128 tokens (tools/benchmarks/profile_finetune.py).
         """
         query = query * ops.cast(scale, query.dtype)
         scores = ops.cast(ops.einsum("bqnh,bknh->bnqk", query, key), "float32")

@@ -569,7 +569,7 @@ def training_bucket_width(jit_compile=False):
     for padding, and they pay for its square: batches drawn at random pad
     Debian's descriptions (89 pieces on average, a quarter cut at 128) to
     128 almost always; buckets of 16 pad them to 95 (a step: 0.76 s against
-    0.87 s, `tools/profile_finetune.py`) for 221 batches an epoch instead
+    0.87 s, `tools/benchmarks/profile_finetune.py`) for 221 batches an epoch instead
     of 219.
     """
     import keras

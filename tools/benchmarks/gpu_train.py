@@ -15,7 +15,7 @@ memory. It reports sequences/s, tokens/s, model FLOPs utilisation against the
 dense bf16 peak (`--peak-tflops`, the H200's 989) and against a bf16 matmul rate
 measured in the same run, peak memory, and the loss over the timed steps: a
 job whose loss does not fall fails the run (exit status 1), so a fast step
-that learns nothing cannot pass. FLOPs per sequence are `tools/benchmark.py`'s
+that learns nothing cannot pass. FLOPs per sequence are `tools/benchmarks/benchmark.py`'s
 `flops_per_sequence`. Jobs are run in order of importance and skipped once
 `--budget-s` is spent, so the JSON always comes back.
 
@@ -43,7 +43,8 @@ WORKER_ENV.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.92")
 os.environ["JAX_PLATFORMS"] = "cpu"
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+# The repository root, for kbert (the script's own folder, for benchmark, is on the path).
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 from benchmark import NUM_CLASSES, flops_per_sequence  # noqa: E402
 
 from kbert.config import BertConfig  # noqa: E402
@@ -217,7 +218,7 @@ def write_report(args, settings, results, start, final):
         "matmul_tflops_by_stack": {stack: round(t, 2) for stack, t in matmul.items()},
         "matmul_tflops": round(matmul_tflops, 2) if matmul_tflops else None,
         "settings": settings,
-        "flops_formula": "tools/benchmark.py flops_per_sequence (mlm for pretraining, classifier)",
+        "flops_formula": "tools/benchmarks/benchmark.py flops_per_sequence (mlm for pretraining, classifier)",
         "runs": runs,
         "kbert_over_torch_seq_per_s": ratios(runs),
         # Every planned job measured and learning: a skipped or failed job fails the run.

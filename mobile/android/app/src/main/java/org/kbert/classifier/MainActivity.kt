@@ -84,7 +84,7 @@ class MainActivity : Activity() {
     }
 
     companion object {
-        // tools/copy_model_to_app.py copies these two files into src/main/assets.
+        // mobile/copy_model_to_app.py copies these two files into src/main/assets.
         const val MODEL_ASSET = "text_classifier.tflite"
         const val LABELS_ASSET = "labels.txt"
     }

@@ -21,7 +21,7 @@ on a CoNLL file (CoNLL-2003's dev set by default):
 The load average before and after is printed, as the machine may be shared.
 Prints one JSON object; `--out FILE` writes it too.
 
-    python tools/benchmark_ner.py --model runs/ner-minilm --export saved_models/ner
+    python tools/benchmarks/benchmark_ner.py --model runs/ner-minilm --export saved_models/ner
 """
 
 import argparse
@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
 DEFAULT_DATA = os.path.join(REPO, "..", "shared", "data", "conll2003", "dev.txt")

@@ -7,9 +7,9 @@ trains one copy of kbert's classifier per seed side by side (`jax.vmap`
 over the seeds, one compiled step for all), which on one H200 took 115 s
 for 32 seeds of `make run`'s recipe. Two steps:
 
-    python tools/recipe_sweep.py prepare --train data/debian-packages/train.csv \\
+    python tools/benchmarks/recipe_sweep.py prepare --train data/debian-packages/train.csv \\
         --dev data/debian-packages/dev.csv --out sweep-data
-    KERAS_BACKEND=jax python tools/recipe_sweep.py run --data sweep-data \\
+    KERAS_BACKEND=jax python tools/benchmarks/recipe_sweep.py run --data sweep-data \\
         --seeds 0-31 --variants base,head_tail,reinit_pooler --out sweep.jsonl
 
 `prepare` (TensorFlow) encodes both files with kbert's tokenizer at 512
@@ -44,7 +44,7 @@ import zlib
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
 DTYPE = "mixed_bfloat16"

@@ -17,7 +17,7 @@ teach. This tool hands that knowledge over as data (Thakur et al., 2021,
 
 Only the training file is read: no dev or test sentence is embedded or paired.
 
-    python tools/silver_pairs.py --embedder all-minilm-l6-v2 \\
+    python tools/benchmarks/silver_pairs.py --embedder all-minilm-l6-v2 \\
         --train ../shared/data/glue-stsb/train.tsv --out runs/stsb-silver.tsv
 """
 
@@ -28,7 +28,7 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
 

@@ -9,7 +9,7 @@ tokens, no padding). Runs are interleaved in rounds so that a burst of load
 on a shared machine hits every runtime alike; the load average is printed
 with the figures.
 
-    python tools/benchmark_inference.py --model runs/debian-minilm --seq-len 128 --threads 2
+    python tools/benchmarks/benchmark_inference.py --model runs/debian-minilm --seq-len 128 --threads 2
 
 Targets of the export issue, reported under "targets": TFLite dynamic int8
 at least 2.5 times faster than the float32 SavedModel, and at most 1.25 times

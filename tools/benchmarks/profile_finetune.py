@@ -24,7 +24,7 @@ and reports each one's mean step and their ratio. This machine's speed
 drifts by about 10% between runs minutes apart; taken step by step in turn,
 the drift falls on both, and a change of a few percent shows.
 
-    python tools/profile_finetune.py --train data/debian-packages/train.csv \\
+    python tools/benchmarks/profile_finetune.py --train data/debian-packages/train.csv \\
         --dev data/debian-packages/dev.csv --steps 60
 """
 
@@ -37,7 +37,7 @@ import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
 import keras  # noqa: E402

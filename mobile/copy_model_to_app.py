@@ -2,7 +2,7 @@
 
     kbert export --model runs/debian-minilm --out saved_models/debian \
         --data data/debian-packages/dev.csv --formats mediapipe
-    python tools/copy_model_to_app.py saved_models/debian
+    python mobile/copy_model_to_app.py saved_models/debian
 
 The app (`mobile/android`) loads `text_classifier.tflite` and `labels.txt` from
 its assets; `MainActivity.kt` names the same files. Before copying, the labels
@@ -25,8 +25,7 @@ PACKED_VOCAB = "vocab.txt"
 PACKED_LABELS = "labels.txt"
 # Where `kbert export` puts the MediaPipe files inside an export folder.
 MEDIAPIPE_FOLDER = "mediapipe"
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-APP_ASSETS = os.path.join(REPO_ROOT, "mobile", "android", "app", "src", "main", "assets")
+APP_ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "android", "app", "src", "main", "assets")
 
 
 def copy_model_to_app(export_folder, assets=APP_ASSETS):

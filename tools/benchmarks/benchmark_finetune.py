@@ -13,10 +13,10 @@ class (classification), TF-IDF + logistic regression (single texts), and
 the zero-shot cosine of the checkpoint's sentence embeddings (pair
 regression). Prints one JSON object; `--out FILE` writes it too.
 
-    python tools/benchmark_finetune.py --task text-pair-classification \\
+    python tools/benchmarks/benchmark_finetune.py --task text-pair-classification \\
         --train ../shared/data/glue-mrpc/train.tsv --dev ../shared/data/glue-mrpc/dev.tsv \\
         --impls kbert,keras-hub --seeds 0,1,2
-    python tools/benchmark_finetune.py --task text-pair-regression \\
+    python tools/benchmarks/benchmark_finetune.py --task text-pair-regression \\
         --train ../shared/data/glue-stsb/train.tsv --dev ../shared/data/glue-stsb/dev.tsv \\
         --impls kbert,kbert:head=cross --seeds 0,1,2
 
@@ -31,7 +31,7 @@ keras-hub's input pipeline (`kbert-model-hub-input`) on the same first N
 batches of the recipe's schedule, dropout on, without validation: whether
 the two models learn alike, with one seed's batches in one order for both:
 
-    python tools/benchmark_finetune.py --train data/debian-packages/train.csv \
+    python tools/benchmarks/benchmark_finetune.py --train data/debian-packages/train.csv \
         --dev data/debian-packages/dev.csv --epochs 2 --lr 1e-4 --max-steps 110 \
         --impls kbert-model-hub-input,keras-hub --seeds 0,1 --baselines ""
 
@@ -44,7 +44,7 @@ one rule serves inputs packed by another (MediaPipe keeps a text's start).
 options of `RECIPE_OPTIONS` (`kbert finetune --NAME VALUE`), so that variants
 run side by side in one run:
 
-    python tools/benchmark_finetune.py --train data/debian-packages/train.csv \
+    python tools/benchmarks/benchmark_finetune.py --train data/debian-packages/train.csv \
         --dev data/debian-packages/dev.csv --epochs 2 --lr 1e-4 \
         --impls kbert,kbert:attention-dropout=0,keras-hub
 """
@@ -58,7 +58,7 @@ import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
 IMPLS = ("kbert", "keras-hub")

@@ -12,7 +12,7 @@ A step cannot take less than this on the machine, whatever is done to the
 work between the products, unless those products run faster or fewer of
 them are run:
 
-    python tools/matmul_floor.py --tokens 2854 --batch 32 --width 96
+    python tools/benchmarks/matmul_floor.py --tokens 2854 --batch 32 --width 96
 """
 
 import argparse
@@ -21,7 +21,7 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
 

@@ -10,7 +10,7 @@ file in turn per round (float, dynamic, int8, float, ...), so that a burst
 of load on a shared machine hits every file alike; the load average is
 printed with the figures.
 
-    python tools/benchmark_int8.py --model runs/debian-minilm \\
+    python tools/benchmarks/benchmark_int8.py --model runs/debian-minilm \\
         --data data/debian-packages/dev.csv --calibration data/debian-packages/train.csv \\
         --out benchmark_results/int8
 

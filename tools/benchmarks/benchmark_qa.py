@@ -3,18 +3,18 @@
 No SQuAD training set can be had on these machines, so the figures show what
 can be shown on the samples (`../shared/data/squad-sample/`):
 
-    python tools/benchmark_qa.py oracle
+    python tools/benchmarks/benchmark_qa.py oracle
         Gold spans fed in as logits, at run_squad.py's settings: EM/F1 and,
         for every question, whether these rules can answer it at all.
-    python tools/benchmark_qa.py learn --out runs/qa-normans --epochs 4
+    python tools/benchmarks/benchmark_qa.py learn --out runs/qa-normans --epochs 4
         Fine-tunes all-MiniLM-L6-v2 on the Normans questions (208, 112 of
         them unanswerable) and reports the loss curve and EM/F1 on those
         same questions: before training (a fresh head), after, for random
         spans and for "no answer" everywhere.
-    python tools/benchmark_qa.py latency --model runs/qa-normans
+    python tools/benchmarks/benchmark_qa.py latency --model runs/qa-normans
         Exports the model (ONNX fp32 and int8, BertQuestionAnswerer's
         .tflite) and reports each one's EM/F1 and batch-1 latency at 384.
-    python tools/benchmark_qa.py stream
+    python tools/benchmarks/benchmark_qa.py stream
         A training set of SQuAD's size (the Normans questions over 625
         distinct copies of their contexts): time and memory to prepare the
         streamed rows, and to generate batches.
@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 SAMPLES = os.path.join(REPO, "..", "shared", "data", "squad-sample")

@@ -12,7 +12,7 @@ Parts (`--parts`, default all):
 | `search` | `kbert search` on Debian corpus documents: index build (texts/s), queries/s embedded one at a time and in one batch, search time alone |
 | `search_scaling` | search time alone on the `search` part's index repeated to `SCALING_ROWS` rows, one query at a time and in batches |
 
-    python tools/benchmark_embedding.py --out runs/embedding-benchmark > embedding.json
+    python tools/benchmarks/benchmark_embedding.py --out runs/embedding-benchmark > embedding.json
 
 Data are read from `../shared/data` beside the repository (STS-B, the Debian
 corpus) and from `data/debian-packages`. The load average is printed before
@@ -26,7 +26,7 @@ import os
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARED = os.path.join(REPO, "..", "shared", "data")
 STSB_DEV = os.path.join(SHARED, "glue-stsb", "dev.tsv")
 STSB_TRAIN = os.path.join(SHARED, "glue-stsb", "train.tsv")

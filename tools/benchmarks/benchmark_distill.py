@@ -8,7 +8,7 @@ model is timed at batch 1 on the first example, interleaved (one call of each
 file per round), so that load on a shared machine hits every file alike; the
 load average is printed with the figures.
 
-    python tools/benchmark_distill.py --teacher runs/debian-minilm \\
+    python tools/benchmarks/benchmark_distill.py --teacher runs/debian-minilm \\
         --student l3=runs/debian-minilm-l3 --student l2=runs/debian-minilm-l2 \\
         --data data/debian-packages/dev.csv --calibration data/debian-packages/train.csv \\
         --out benchmark_results/distill

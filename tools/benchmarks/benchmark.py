@@ -14,7 +14,7 @@ Tasks:
 
 With `--inference-model DIR` (a `kbert finetune` folder) the report also has
 batch-1 inference latency per export format, from
-`tools/benchmark_inference.py` (SavedModel, TFLite float32 / dynamic int8,
+`tools/benchmarks/benchmark_inference.py` (SavedModel, TFLite float32 / dynamic int8,
 ONNX Runtime float32 / int8, same threads).
 
 Model FLOPs per sequence (matmuls only, forward + backward = 3 × forward;
@@ -30,12 +30,12 @@ accelerator's dense peak for the dtype (e.g. 989 for an H100 SXM in bf16);
 without it, a CPU estimate: cores × 2.5 GHz × 32 float32 FLOP/cycle (two
 AVX-512 FMA units) — a rough upper bound that ignores the real clock.
 
-    python tools/benchmark.py --quick
-    python tools/benchmark.py --task classifier --presets minilm_l6_h384 --seq-lens 128 \\
+    python tools/benchmarks/benchmark.py --quick
+    python tools/benchmarks/benchmark.py --task classifier --presets minilm_l6_h384 --seq-lens 128 \\
         --inference-model runs/debian-minilm
-    python tools/benchmark.py --presets bert_tiny,bert_base --seq-lens 128,512 \\
+    python tools/benchmarks/benchmark.py --presets bert_tiny,bert_base --seq-lens 128,512 \\
         --peak-tflops 989 --out benchmark_results
-    KERAS_BACKEND=jax python tools/benchmark.py --impls kbert --peak-tflops 989
+    KERAS_BACKEND=jax python tools/benchmarks/benchmark.py --impls kbert --peak-tflops 989
 """
 
 import argparse
@@ -184,7 +184,7 @@ def best_ratios(runs):
 
 
 def inference_latency(model, seq_len, threads):
-    """Batch-1 latency per export format, from tools/benchmark_inference.py.
+    """Batch-1 latency per export format, from tools/benchmarks/benchmark_inference.py.
 
     A child process: TensorFlow's thread pools are sized before it first runs,
     and the training runs here have already started them.
@@ -270,7 +270,7 @@ def main():
         "machine": machine(),
         "peak_tflops": peak / 1e12,
         "peak_source": peak_source,
-        "flops_formula": "see tools/benchmark.py docstring",
+        "flops_formula": "see tools/benchmarks/benchmark.py docstring",
         "runs": runs,
         "kbert_best_over_keras_hub_best": best_ratios(runs),
     }

@@ -17,9 +17,9 @@ The encoder lands in `model/encoder/` as a Hugging Face folder, so it can be
 fine-tuned with `kbert finetune --init <out>/model/encoder`.
 
     # the README's hour on 2 CPU cores: AdamW 1e-3, 2500 steps of 64, bf16, no XLA
-    python tools/pretrain_debian.py --corpus corpus.txt.gz --out runs/pretrain-debian \\
+    python tools/benchmarks/pretrain_debian.py --corpus corpus.txt.gz --out runs/pretrain-debian \\
         --warmup-steps 200 --mixed-precision --no-jit
-    python tools/pretrain_debian.py --corpus corpus.txt.gz --out runs/smoke \\
+    python tools/benchmarks/pretrain_debian.py --corpus corpus.txt.gz --out runs/smoke \\
         --steps 20 --log-every 10 --dupe-factor 1 --max-documents 500   # smoke test
 """
 
