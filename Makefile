@@ -12,7 +12,7 @@ OUT ?= runs/debian-minilm
 # (tracing, conversion, subprocesses), so two share 2 cores well.
 TEST_WORKERS ?= 2
 
-.PHONY: run test test-slow bench bench-gpu-data bench-gpu install clean
+.PHONY: run test test-slow bench bench-gpu-data bench-gpu recipes-gpu-data recipes-gpu install clean
 
 install: $(STAMP)
 
@@ -68,6 +68,25 @@ bench-gpu:
 	PYTHONPATH=$(CURDIR)/$(BENCH_SITE):$(CURDIR) KERAS_BACKEND=jax PYTHONUNBUFFERED=1 \
 	  $(PYTHON) tools/benchmarks/gpu_train.py --data $(BENCH_DATA)/gpu_bench_data.npz \
 	  --out $(BENCH_OUT) $(BENCH_ARGS)
+
+# Each task's recipe candidates over seeds, kbert beside keras-hub, on one GPU
+# (docs/benchmarks.md, "Text pairs"); the same split of work as bench-gpu:
+# `recipes-gpu-data` here (encoded data, MiniLM's weights, wheels),
+# `recipes-gpu` on the GPU machine. RECIPES_ARGS: e.g. --only mrpc, --plan follow-up.
+RECIPES_DATA ?= runs/gpu-recipes
+RECIPES_OUT ?= runs/gpu-recipes-out
+RECIPES_ARGS ?=
+
+recipes-gpu-data: $(STAMP)
+	$(PY) tools/benchmarks/recipe_data.py --out $(RECIPES_DATA) --wheels
+
+recipes-gpu:
+	$(PYTHON) -c "import keras_hub" 2>/dev/null || $(PYTHON) -m pip install -q --no-index --no-deps \
+	  --no-compile --upgrade --target $(BENCH_SITE) $(RECIPES_DATA)/wheels/*.whl
+	PYTHONPATH=$(CURDIR)/$(BENCH_SITE):$(CURDIR) KERAS_BACKEND=jax PYTHONUNBUFFERED=1 \
+	  $(PYTHON) tools/benchmarks/gpu_recipes.py --data $(RECIPES_DATA) --out $(RECIPES_OUT) $(RECIPES_ARGS)
+	$(if $(wildcard $(STAMP)),$(PY) tools/benchmarks/recipe_report.py --data $(RECIPES_DATA) \
+	  --sweep $(RECIPES_OUT) --markdown)
 
 clean:
 	rm -rf $(VENV) runs

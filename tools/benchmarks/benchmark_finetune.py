@@ -328,7 +328,8 @@ def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
     if model_from == "kbert":
         # What keras-hub's `Task.fit` and `predict` do with its preprocessor.
         def preprocess(*batch):
-            return (preprocessor(batch[0]),) + batch[1:]
+            # By keyword: a positional tuple of texts would be read as (x, y).
+            return (preprocessor(x=batch[0]),) + batch[1:]
 
         train_ds, dev_ds, predict_ds = (
             ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)

@@ -108,14 +108,14 @@ def finetuning_arrays(rows, vocab, seq_len):
     }
 
 
-def download_wheels(folder):
-    """Keras and the packages the GPU image lacks, as CPython 3.12 x86-64 wheels."""
+def download_wheels(folder, wheels=WHEELS):
+    """`wheels` (Keras and what the GPU image lacks), as CPython 3.12 x86-64 wheels."""
     platforms = []
     for platform in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"):
         platforms += ["--platform", platform]
     subprocess.run(
         [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-         "--python-version", "3.12", "--implementation", "cp", *platforms, "-d", folder, *WHEELS],
+         "--python-version", "3.12", "--implementation", "cp", *platforms, "-d", folder, *wheels],
         check=True,
     )
 

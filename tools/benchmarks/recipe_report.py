@@ -1,0 +1,140 @@
+"""Scores a `gpu_recipes.py` sweep with each task's own `evaluate`, and picks recipes.
+
+For every candidate (data, implementation, epochs, learning rate) it gives the
+mean and standard error over seeds of the task's figures, and, seed by seed,
+the difference from the task's current default recipe (`Task.recipe`). A
+candidate replaces the default only when its paired gain on the ranking
+figure exceeds `GAIN_IN_ERRORS` standard errors of those differences. Prints
+one JSON object and, with `--markdown`, the tables of docs/benchmarks.md.
+
+    python tools/benchmarks/recipe_report.py --data runs/gpu-recipes --sweep runs/gpu-recipes-out
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+
+import numpy as np
+
+# A candidate is better only beyond this many standard errors of its paired gain.
+GAIN_IN_ERRORS = 2.0
+# The figure candidates are ranked by: GLUE's pair of figures for MRPC, the
+# folder's pair for Debian, Spearman for STS-B.
+RANKED_BY = {
+    "text-classification": ("accuracy", "macro_f1"),
+    "text-pair-classification": ("accuracy", "f1"),
+    "text-pair-regression": ("spearman",),
+}
+
+
+def mean_error(values):
+    mean = statistics.fmean(values)
+    error = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
+    return mean, error
+
+
+def score(task, examples, outputs):
+    """The task's figures of one seed's dev outputs."""
+    name = task.outputs[0]
+    predictions = task.decode(examples, None, {name: outputs.astype(np.float32)})
+    return task.evaluate(examples, predictions)
+
+
+def rank_value(task_name, figures):
+    return statistics.fmean(figures[name] for name in RANKED_BY[task_name])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="runs/gpu-recipes", help="recipe_data.py's folder")
+    parser.add_argument("--sweep", default="runs/gpu-recipes-out", help="gpu_recipes.py's --out")
+    parser.add_argument("--shared", default=os.path.join("..", "shared", "data"))
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args()
+    from kbert.checkpoints import load_hf_checkpoint
+    from kbert.tasks import get_task
+    from kbert.text import WordPieceTokenizer
+
+    sys_path_insert()
+    import recipe_data
+
+    with open(os.path.join(args.data, "recipes_data.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    with open(os.path.join(args.sweep, "gpu_recipes.json"), encoding="utf-8") as f:
+        sweep = json.load(f)
+    checkpoint = load_hf_checkpoint(manifest["init"])
+    tokenizer = WordPieceTokenizer(checkpoint.vocabulary, lowercase=checkpoint.lowercase)
+    tasks, examples = {}, {}
+    for key, info in manifest["tasks"].items():
+        task_class = get_task(info["task"])
+        dev = (os.path.join(args.data, "debian-groups", "dev.csv") if key == "debian-groups"
+               else os.path.join(args.shared, recipe_data.TASKS[key][2]))
+        examples[key] = task_class.read(dev, task_class.resolve_options({}))
+        tasks[key] = task_class(tokenizer, manifest["sequence_length"], **info["settings"])
+
+    rows = []
+    with np.load(os.path.join(args.sweep, "predictions.npz")) as predictions:
+        for run in sweep["runs"]:
+            key = run["data"]
+            name = f"{key}|{run['impl']}|{run['epochs']}|{run['learning_rate']:g}"
+            outputs = predictions[name]
+            # A dry run scores its first rows only.
+            dev = examples[key][: outputs.shape[1]]
+            per_seed = [score(tasks[key], dev, seed_outputs) for seed_outputs in outputs]
+            rows.append({**{k: run[k] for k in ("data", "impl", "task", "epochs", "learning_rate")},
+                         "seconds": run["seconds"], "per_seed": per_seed})
+    report = {"device": sweep["device"], "seeds": sweep["seeds"], "candidates": [], "chosen": {}}
+    for row in rows:
+        figures = {name: mean_error([s[name] for s in row["per_seed"]])
+                   for name in RANKED_BY[row["task"]]}
+        report["candidates"].append({**{k: v for k, v in row.items() if k != "per_seed"},
+                                     "figures": {n: [round(m, 4), round(e, 4)] for n, (m, e) in figures.items()},
+                                     "rank": round(statistics.fmean(m for m, _ in figures.values()), 4)})
+    for key in manifest["tasks"]:
+        for impl in ("kbert", "keras-hub"):
+            mine = [r for r in rows if r["data"] == key and r["impl"] == impl]
+            if not mine:
+                continue
+            recipe = get_task(mine[0]["task"]).recipe
+            default = [r for r in mine if r["epochs"] == recipe.epochs
+                       and math.isclose(r["learning_rate"], recipe.learning_rate)]
+            best = max(mine, key=lambda r: statistics.fmean(rank_value(r["task"], s) for s in r["per_seed"]))
+            entry = {"best": [best["epochs"], best["learning_rate"]],
+                     "best_rank": round(statistics.fmean(rank_value(best["task"], s) for s in best["per_seed"]), 4)}
+            if default and impl == "kbert":
+                gains = [rank_value(best["task"], b) - rank_value(best["task"], d)
+                         for b, d in zip(best["per_seed"], default[0]["per_seed"])]
+                gain, error = mean_error(gains)
+                entry.update(default=[recipe.epochs, recipe.learning_rate],
+                             paired_gain_over_default=[round(gain, 4), round(error, 4)],
+                             beyond_error=bool(gain > GAIN_IN_ERRORS * error))
+            report["chosen"][f"{key}|{impl}"] = entry
+    print(json.dumps(report, indent=1))
+    if args.markdown:
+        print(markdown(report))
+
+
+def markdown(report):
+    lines = []
+    for key in sorted({c["data"] for c in report["candidates"]}):
+        candidates = [c for c in report["candidates"] if c["data"] == key]
+        names = list(candidates[0]["figures"])
+        lines += ["", f"### {key}", "",
+                  "| implementation | epochs | learning rate | " + " | ".join(names) + " |",
+                  "| --- | --- | --- | " + " | ".join("---" for _ in names) + " |"]
+        for c in sorted(candidates, key=lambda c: (c["impl"], c["epochs"], c["learning_rate"])):
+            cells = [f"{m:.4f} ± {e:.4f}" for m, e in c["figures"].values()]
+            lines.append(f"| {c['impl']} | {c['epochs']} | {c['learning_rate']:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def sys_path_insert():
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+if __name__ == "__main__":
+    main()
