@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "PRESETS": "kbert.config",
+    "TaskModel": "kbert.training.task_model",
     "BertConfig": "kbert.config",
     "register_preset": "kbert.config",
     "bert_classifier": "kbert.models",

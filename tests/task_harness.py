@@ -71,3 +71,15 @@ def write_task_folder(
     }
     write_model_folder(str(path), model, list(minilm_vocabulary()), task, folder_settings, {})
     return str(path)
+
+
+# A few rows of the Debian topic format, for tiny end-to-end runs.
+TINY_LABELS = ("editors", "games", "net")
+TINY_TEXTS = (
+    "A text editor for the terminal with syntax highlighting.",
+    "Real-time strategy game of ancient warfare.",
+    "A web server and network proxy.",
+    "Modal editor with plugins and macros.",
+    "Puzzle game with falling blocks.",
+    "Network monitoring daemon for routers.",
+)

@@ -15,7 +15,7 @@ import shlex
 
 import pytest
 
-from tests.task_harness import ROOT, minilm_vocabulary
+from tests.task_harness import ROOT, TINY_LABELS, TINY_TEXTS, minilm_vocabulary
 
 # The README's promise to a reader: short, with a command to copy early on.
 README_MAX_LINES = 300
@@ -164,15 +164,6 @@ def test_no_commit_hashes():
 
 # === The README's Python, on a tiny checkpoint ===
 
-TINY_LABELS = ("editors", "games", "net")
-TINY_TEXTS = (
-    "A text editor for the terminal with syntax highlighting.",
-    "Real-time strategy game of ancient warfare.",
-    "A web server and network proxy.",
-    "Modal editor with plugins and macros.",
-    "Puzzle game with falling blocks.",
-    "Network monitoring daemon for routers.",
-)
 
 
 @pytest.fixture
