@@ -44,7 +44,7 @@ def read_texts(path, option="--input"):
     empty text is given in a .json list), a file that holds no texts, a CoNLL
     file (one token and its tag a line, which `predict` reads when named .conll).
     """
-    from kbert.tasks.token_classification import looks_like_conll
+    from kbert.tasks.conll import looks_like_conll
 
     if not os.path.isfile(path):
         raise CliError(f"{option} {path}: no such file")

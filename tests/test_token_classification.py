@@ -18,9 +18,8 @@ import tensorflow as tf
 from kbert.cli import main
 from kbert.modelfolder import ModelFolder
 from kbert.tasks import TASKS
-from kbert.tasks.token_classification import (
-    IGNORED, chunks, entity_metrics, joined_tag, split_tags, word_offsets,
-)
+from kbert.tasks.tagging import chunks, entity_metrics, joined_tag, split_tags
+from kbert.tasks.token_classification import IGNORED, word_offsets
 from tests.task_harness import minilm_vocabulary, task_instance, write_task_folder
 from tests.test_export_units import TINY
 

@@ -34,32 +34,21 @@ whose pieces are the tokenizer's own on the whole text.
 """
 
 import functools
-import json
-import re
 
 import numpy as np
 
 from kbert.config import ENCODER_INPUTS
 from kbert.recipes import Recipe
-from kbert.tabular import read_text
 from kbert.tasks.base import ENCODE_CHUNK, FLOAT_TOLERANCE, Encoded, Option, Task, softmax
+from kbert.tasks.conll import read_conll, read_jsonl
+from kbert.tasks.tagging import (
+    AUTO, OUTSIDE, PREFIXES, SCHEMES, check_scheme, chunks, detect_scheme, entity_metrics, joined_tag,
+    parse_scheme, split_tags, tag_parts,
+)
 
 # The target of positions the loss and the metric ignore: [CLS], [SEP],
 # padding and every piece of a word (or of a word's part) but its first.
 IGNORED = -1
-OUTSIDE = "O"
-SCHEMES = ("IOB1", "IOB2", "BIOES")
-AUTO = "auto"
-# The prefixes each scheme's tags may carry ("B-PER", "I-PER", ...).
-PREFIXES = {"IOB1": ("B", "I"), "IOB2": ("B", "I"), "BIOES": ("B", "I", "E", "S")}
-# CoNLL-2003's document separator line.
-DOCSTART = "-DOCSTART-"
-# Lines a text file's CoNLL look is judged on (`looks_like_conll`).
-CONLL_SNIFF_LINES = 50
-# A tag as CoNLL files end their lines with: O, or a scheme prefix and a type.
-_TAG = re.compile(r"O|[BIESLU]-[A-Za-z]\S*")
-# The most columns a CoNLL line has (CoNLL-2003: token, POS, chunk, tag).
-CONLL_MAX_COLUMNS = 5
 # Windows start every `sequence_length - 2` pieces times this fraction: each
 # piece but those at a sentence's ends then has at least a quarter window of
 # context on either side in its best window.
@@ -131,7 +120,7 @@ class TokenClassification(Task):
             or not all(isinstance(tag, str) for tag in tags)
         ):
             raise ValueError(f"tags={tags!r:.200}; expected a list of at least 2 distinct names")
-        bad = [tag for tag in tags if tag != OUTSIDE and _split_tag(tag)[0] not in PREFIXES[scheme]]
+        bad = [tag for tag in tags if tag != OUTSIDE and tag_parts(tag)[0] not in PREFIXES[scheme]]
         if bad:
             raise ValueError(f"tags {bad[:5]} are not {scheme} tags")
         if sequence_length < 3:
@@ -153,7 +142,7 @@ class TokenClassification(Task):
             (each word's line), "line"}`.
         """
         scheme = parse_scheme(cls.resolve_options(options)["tag_scheme"])
-        reader = _read_jsonl if path.lower().endswith(".jsonl") else _read_conll
+        reader = read_jsonl if path.lower().endswith(".jsonl") else read_conll
         examples = reader(path, targets)
         if not examples:
             raise ValueError(f"{path} holds no sentences")
@@ -166,7 +155,7 @@ class TokenClassification(Task):
         names = {tag for example in examples for tag in example["tags"]}
         if names <= {OUTSIDE}:
             raise ValueError(f"{source} tags no entity (every tag is 'O'); nothing to learn")
-        tags = [OUTSIDE] + sorted(names - {OUTSIDE}, key=lambda tag: _split_tag(tag)[::-1])
+        tags = [OUTSIDE] + sorted(names - {OUTSIDE}, key=lambda tag: tag_parts(tag)[::-1])
         return {"tags": tags, "scheme": detect_scheme(example["tags"] for example in examples)}
 
     def settings(self):
@@ -582,302 +571,6 @@ class TokenClassification(Task):
             entry["max_abs_diff"] <= FLOAT_TOLERANCE and abs(change) <= FLOAT_F1_BUDGET + 1e-9
         )
         return entry
-
-
-# === Reading ===
-
-
-def _read_conll(path, targets):
-    """CoNLL sentences: one token a line, whitespace-separated columns, tag last."""
-    examples, words, tags, lines = [], [], [], []
-
-    def close():
-        if words:
-            examples.append({
-                "words": list(words), "tags": list(tags) if targets else None,
-                "lines": list(lines), "line": lines[0],
-            })
-            words.clear(), tags.clear(), lines.clear()
-
-    for number, line in enumerate(read_text(path).splitlines(), 1):
-        fields = line.split("\t")
-        if len(fields) > 1 and any(" " in field.strip() for field in fields):
-            # A CoNLL column is one token; a tab-separated field with spaces
-            # is a sentence: a CSV/TSV data file of another task.
-            raise ValueError(
-                f"{path}, line {number}: a column holds words with spaces ({_short(line)}); expected "
-                "CoNLL, one token a line with its tag last (a data file of another task?)"
-            )
-        columns = line.split()
-        if not columns or columns[0] == DOCSTART:
-            close()
-            continue
-        if targets and len(columns) < 2:
-            raise ValueError(
-                f"{path}, line {number}: {columns[0]!r} has no tag; expected 'token ... tag' columns"
-            )
-        words.append(columns[0])
-        tags.append(columns[-1])
-        lines.append(number)
-    close()
-    return examples
-
-
-def _short(line, most=60):
-    line = line.strip().replace("\t", " | ")
-    return repr(line if len(line) <= most else line[: most - 3] + "...")
-
-
-def looks_like_conll(lines):
-    """The first line of `lines` (1-based) if they look like CoNLL, one token and its tag a line; else None.
-
-    A text file `predict` reads as one text a line is refused when it is
-    CoNLL: every non-blank line of its first `CONLL_SNIFF_LINES` has two or
-    more columns and a tag (O, B-X, I-X, ...) last, or one is -DOCSTART-.
-    """
-    sample = [(number, line.split()) for number, line in enumerate(lines[:CONLL_SNIFF_LINES], 1) if line.strip()]
-    if any(columns[0] == DOCSTART for _, columns in sample):
-        return 1
-    if sample and all(2 <= len(columns) <= CONLL_MAX_COLUMNS and _TAG.fullmatch(columns[-1]) for _, columns in sample):
-        return sample[0][0]
-    return None
-
-
-def _read_jsonl(path, targets):
-    """JSON Lines sentences: `{"tokens": [...], "tags": [...]}` a line."""
-    examples = []
-    for number, line in enumerate(read_text(path).splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError as error:
-            raise ValueError(f"{path}, line {number}: not valid JSON ({error})") from None
-        keys = ("tokens", "tags") if targets else ("tokens",)
-        if not isinstance(record, dict) or any(key not in record for key in keys):
-            raise ValueError(f"{path}, line {number}: expected an object with {' and '.join(map(repr, keys))}")
-        words = record["tokens"]
-        if not isinstance(words, list):
-            raise ValueError(
-                f"{path}, line {number}: 'tokens' is a {type(words).__name__}; expected a list of "
-                'token strings, such as ["EU", "rejects", "German", "call"]'
-            )
-        if not words:
-            raise ValueError(f"{path}, line {number}: an empty sentence; expected a list of tokens")
-        if not all(isinstance(word, str) and word.strip() for word in words):
-            raise ValueError(f"{path}, line {number}: every token must be a non-blank string")
-        tags = record.get("tags") if targets else None
-        if targets and (
-            not isinstance(tags, list)
-            or len(tags) != len(words)
-            or not all(isinstance(tag, str) for tag in tags)
-        ):
-            raise ValueError(
-                f"{path}, line {number}: {len(words)} tokens need as many string tags; "
-                f"got {json.dumps(tags)[:80]}"
-            )
-        examples.append({"words": words, "tags": tags, "lines": [number] * len(words), "line": number})
-    return examples
-
-
-# === Tag schemes ===
-
-
-def parse_scheme(value):
-    """`value` as one of `SCHEMES` or `AUTO`, case-insensitive; `ValueError` otherwise."""
-    names = {name.lower(): name for name in SCHEMES + (AUTO,)}
-    if not isinstance(value, str) or value.lower() not in names:
-        raise ValueError(f"tag scheme {value!r} is unknown; expected one of {', '.join(names.values())}")
-    return names[value.lower()]
-
-
-def _split_tag(tag):
-    """("B", "PER") for "B-PER", ("O", "") for "O", ("", tag) for anything else."""
-    if tag == OUTSIDE:
-        return OUTSIDE, ""
-    prefix, _, kind = tag.partition("-")
-    if len(prefix) != 1 or not kind:
-        return "", tag
-    return prefix, kind
-
-
-def detect_scheme(tag_sequences):
-    """BIOES if any tag is E- or S-; IOB1 if an I- tag starts an entity; else IOB2."""
-    starts_with_inside = False
-    for tags in tag_sequences:
-        previous = OUTSIDE
-        for tag in tags:
-            prefix, kind = _split_tag(tag)
-            if prefix in ("E", "S"):
-                return "BIOES"
-            if prefix == "I" and _split_tag(previous)[1] != kind:
-                starts_with_inside = True
-            previous = tag
-    return "IOB1" if starts_with_inside else "IOB2"
-
-
-def scheme_error(tags, scheme):
-    """`(index, reason)` of the first tag that breaks `scheme` in one sentence, or None."""
-    allowed = PREFIXES[scheme]
-    padded = [OUTSIDE] + list(tags) + [OUTSIDE]
-    for index in range(1, len(padded) - 1):
-        tag = padded[index]
-        prefix, kind = _split_tag(tag)
-        if tag == OUTSIDE:
-            continue
-        if prefix not in allowed:
-            return index - 1, f"tag {tag!r} is not a {scheme} tag (O, or {'/'.join(allowed)}-TYPE)"
-        before_prefix, before_kind = _split_tag(padded[index - 1])
-        after_prefix, after_kind = _split_tag(padded[index + 1])
-        inside_before = before_kind == kind and before_prefix in ("B", "I")
-        if scheme == "IOB2" and prefix == "I" and not inside_before:
-            return index - 1, f"{tag!r} follows {padded[index - 1]!r}; IOB2 starts every entity with B-"
-        if scheme == "IOB1" and prefix == "B" and not inside_before:
-            return index - 1, (
-                f"{tag!r} follows {padded[index - 1]!r}; IOB1 uses B- only right after an entity "
-                "of the same type"
-            )
-        if scheme == "BIOES":
-            if prefix in ("I", "E") and not inside_before:
-                return index - 1, f"{tag!r} follows {padded[index - 1]!r}; BIOES continues only B- or I-"
-            if prefix in ("B", "I") and not (after_kind == kind and after_prefix in ("I", "E")):
-                return index - 1, f"{tag!r} is followed by {padded[index + 1]!r}; BIOES ends an entity with E-"
-    return None
-
-
-def check_scheme(examples, scheme, path):
-    """Every tag fits `scheme` (detected from the file if AUTO); `ValueError` naming the line."""
-    for example in examples:
-        for tag, line in zip(example["tags"], example["lines"]):
-            if tag != OUTSIDE and _split_tag(tag)[0] not in PREFIXES["BIOES"]:
-                raise ValueError(
-                    f"{path}, line {line}: tag {tag!r} fits no supported scheme; expected O or "
-                    f"B-/I-/E-/S-TYPE ({', '.join(SCHEMES)})"
-                )
-    if scheme == AUTO:
-        scheme = detect_scheme(example["tags"] for example in examples)
-        detected = " (detected)"
-    else:
-        detected = ""
-    for example in examples:
-        error = scheme_error(example["tags"], scheme)
-        if error:
-            index, reason = error
-            raise ValueError(f"{path}, line {example['lines'][index]}: {reason}; scheme {scheme}{detected}")
-    return scheme
-
-
-def split_tags(tag, parts):
-    """The tags of a word's `parts` parts: the first begins as the word, the others continue it.
-
-    "B-LOC" in 3 -> B-LOC I-LOC I-LOC; "I-LOC" -> all I-LOC; "O" -> all O;
-    in BIOES an entity that ends with the word ends at its last part
-    ("S-LOC" -> B-LOC I-LOC E-LOC, "E-LOC" -> I-LOC I-LOC E-LOC), so that
-    the parts follow the scheme and `joined_tag` gives the word's tag back.
-    """
-    prefix, kind = _split_tag(tag)
-    if parts == 1 or tag == OUTSIDE:
-        return [tag] * parts
-    begins, ends = prefix in ("B", "S"), prefix in ("E", "S")
-    first = ("B" if begins else "I") + "-" + kind
-    return [first] + [f"I-{kind}"] * (parts - 2) + [("E" if ends else "I") + "-" + kind]
-
-
-def joined_tag(first, last):
-    """A BIOES word's tag from the tags of its first and last parts (`split_tags` undone).
-
-    The first part gives the type and whether the word begins an entity; the
-    word ends it unless its last part continues it (B- or I- of that type).
-    """
-    prefix, kind = _split_tag(first)
-    if first == OUTSIDE or prefix not in PREFIXES["BIOES"]:
-        return first
-    last_prefix, last_kind = _split_tag(last)
-    begins = prefix in ("B", "S")
-    ends = not (last_prefix in ("B", "I") and last_kind == kind)
-    return {(True, True): "S", (True, False): "B", (False, True): "E", (False, False): "I"}[
-        begins, ends
-    ] + "-" + kind
-
-
-# === Entities and their figures ===
-
-
-def chunks(tags):
-    """The entities of one tag sequence, `(type, first, past_last)` word indices.
-
-    conlleval's chunk rules (its `startOfChunk` and `endOfChunk`), so every
-    scheme and ill-formed sequences are read as CoNLL's scorer reads them: an
-    I- after O or after another type starts an entity, and an entity ends at
-    O, at B- or S-, after E- or S-, or where the type changes.
-    """
-    found = []
-    previous, previous_kind, begin = OUTSIDE, "", 0
-    for index, tag in enumerate(list(tags) + [OUTSIDE]):
-        prefix, kind = _split_tag(tag)
-        if _ends(previous, prefix, previous_kind, kind):
-            found.append((previous_kind, begin, index))
-        if _starts(previous, prefix, previous_kind, kind):
-            begin = index
-        previous, previous_kind = prefix, kind
-    return found
-
-
-def _ends(previous, prefix, previous_kind, kind):
-    return (
-        previous in ("E", "S")
-        or (previous in ("B", "I") and prefix in ("B", "S", OUTSIDE))
-        or (previous != OUTSIDE and previous_kind != kind)
-    )
-
-
-def _starts(previous, prefix, previous_kind, kind):
-    return (
-        prefix in ("B", "S")
-        or (previous in ("E", "S", OUTSIDE) and prefix in ("E", "I"))
-        or (prefix != OUTSIDE and previous_kind != kind)
-    )
-
-
-def entity_metrics(gold, predicted):
-    """Entity-level micro `precision`, `recall`, `f1`, `per_type` figures and word `accuracy`.
-
-    Args:
-        gold, predicted: lists of tag sequences, one per sentence.
-
-    Returns:
-        dict. As conlleval and seqeval's default mode count them: an entity
-        is correct when its type and both boundaries are; a ratio with a zero
-        denominator is 0.
-    """
-    counts = {}
-    correct_words = total_words = 0
-    for gold_tags, predicted_tags in zip(gold, predicted, strict=True):
-        if len(gold_tags) != len(predicted_tags):
-            raise ValueError(f"{len(predicted_tags)} predicted tags for {len(gold_tags)} words")
-        gold_chunks, predicted_chunks = set(chunks(gold_tags)), set(chunks(predicted_tags))
-        found = {"gold": gold_chunks, "predicted": predicted_chunks, "correct": gold_chunks & predicted_chunks}
-        for key, entities in found.items():
-            for kind, _, _ in entities:
-                counts.setdefault(kind, {"gold": 0, "predicted": 0, "correct": 0})[key] += 1
-        correct_words += sum(a == b for a, b in zip(gold_tags, predicted_tags))
-        total_words += len(gold_tags)
-    total = {key: sum(c[key] for c in counts.values()) for key in ("gold", "predicted", "correct")}
-    per_type = {kind: _figures(counts[kind]) for kind in sorted(counts)}
-    return {
-        **{k: v for k, v in _figures(total).items() if k != "support"},
-        "accuracy": correct_words / total_words if total_words else 0.0,
-        "entities": total["gold"],
-        "predicted_entities": total["predicted"],
-        "per_type": per_type,
-    }
-
-
-def _figures(count):
-    precision = count["correct"] / count["predicted"] if count["predicted"] else 0.0
-    recall = count["correct"] / count["gold"] if count["gold"] else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": precision, "recall": recall, "f1": f1, "support": count["gold"]}
 
 
 def word_offsets(example):

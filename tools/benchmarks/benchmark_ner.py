@@ -71,7 +71,7 @@ def lengths(value):
 
 def window_figures(folder, examples, sequence_length):
     """Entity F1 of the model read at `sequence_length`: in windows, and truncated to one."""
-    from kbert.tasks.token_classification import entity_metrics
+    from kbert.tasks.tagging import entity_metrics
 
     trained = folder.task
     folder.task = type(trained)(trained.tokenizer, sequence_length, **trained.settings())
@@ -100,7 +100,8 @@ def window_figures(folder, examples, sequence_length):
 
 def raw_text_figures(task, folder, examples):
     """Entity P/R/F1 of the raw-text path: entities as (sentence, type, start, end)."""
-    from kbert.tasks.token_classification import chunks, word_offsets
+    from kbert.tasks.tagging import chunks
+    from kbert.tasks.token_classification import word_offsets
 
     texts = [word_offsets(example)[0] for example in examples]
     raw = task.examples_from_texts(texts)
