@@ -217,7 +217,7 @@ def load_google_checkpoint(folder, heads=True, lowercase=None, dtype=None):
     prefix = find_checkpoint(folder)
 
     if heads:
-        from kbert.pretraining.pretrainer import bert_pretrainer
+        from kbert.models.pretrainer import bert_pretrainer
 
         # Built from the config so the heads get its activation and epsilon.
         pretrainer = bert_pretrainer(config, dtype=dtype)

@@ -4,6 +4,7 @@ from kbert.layers.attention import MultiHeadSelfAttention
 from kbert.layers.dense import Dense
 from kbert.layers.embeddings import PositionEmbedding
 from kbert.layers.encoder_block import TransformerEncoderBlock
+from kbert.layers.masked_lm_head import MaskedLMHead
 from kbert.layers.normalization import L2Normalization, LayerNormalization
 from kbert.layers.pooling import FirstTokenPooling, MaskedMaxPooling, MaskedMeanPooling
 from kbert.layers.real_tokens import RealTokens
@@ -15,6 +16,7 @@ __all__ = [
     "FirstTokenPooling",
     "L2Normalization",
     "LayerNormalization",
+    "MaskedLMHead",
     "MaskedMaxPooling",
     "MaskedMeanPooling",
     "MultiHeadSelfAttention",

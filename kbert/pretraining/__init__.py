@@ -1,14 +1,14 @@
 """Pretraining BERT from raw text: vocabulary, data, the pretraining model, its optimizer.
 
-The model (`bert_pretrainer`) uses `keras.ops` only; the data functions are
-TensorFlow (tf.data, tf-text) and import it when called.
+The model (`bert_pretrainer`, in `kbert.models`) uses `keras.ops` only; the
+data functions are TensorFlow (tf.data, tf-text) and import it when called.
+The model, its masked-LM head and the corpus reader live below this package
+(`kbert.models`, `kbert.layers`, `kbert.text`), where checkpoint loading and
+distillation read them too; they are handed on here.
 """
 
-from kbert.pretraining.corpus import read_documents
-from kbert.pretraining.dynamic_masking import make_dynamic_masking_dataset
-from kbert.pretraining.instances import InstanceOptions, SpecialIds, create_training_instances
-from kbert.pretraining.masked_lm_head import MaskedLMHead
-from kbert.pretraining.pretrainer import (
+from kbert.layers.masked_lm_head import MaskedLMHead
+from kbert.models.pretrainer import (
     MASKED_LM,
     NEXT_SENTENCE,
     BertPretrainer,
@@ -16,6 +16,8 @@ from kbert.pretraining.pretrainer import (
     pretraining_losses,
     pretraining_metrics,
 )
+from kbert.pretraining.dynamic_masking import make_dynamic_masking_dataset
+from kbert.pretraining.instances import InstanceOptions, SpecialIds, create_training_instances
 from kbert.pretraining.records import (
     feature_spec,
     make_pretraining_dataset,
@@ -24,6 +26,7 @@ from kbert.pretraining.records import (
 )
 from kbert.pretraining.train import pretrain
 from kbert.pretraining.vocabulary import learn_vocabulary
+from kbert.text.corpus import read_documents
 # BERT's optimizers (AdamW or LAMB, warmup then linear decay, no decay on
 # LayerNorm and biases) are shared with fine-tuning.
 from kbert.training.optimizers import WarmupPolynomialDecay, make_optimizer

@@ -15,14 +15,14 @@ import os
 import random
 
 from kbert.fileio import read_json
-from kbert.pretraining.corpus import read_documents
+from kbert.models.pretrainer import MASKED_LM, NEXT_SENTENCE
 from kbert.pretraining.instances import (
     DEFAULT_RANDOM_SEED,
     InstanceOptions,
     SpecialIds,
     create_training_instances,
 )
-from kbert.pretraining.pretrainer import MASKED_LM, NEXT_SENTENCE
+from kbert.text.corpus import read_documents
 
 # Shards are a property of the data, not of the machine, so that a seed gives
 # the same files everywhere; the process pool only decides how fast.

@@ -16,8 +16,9 @@ from kbert.checkpoints import load_hf_checkpoint, resolve_checkpoint, save_hf_ch
 from kbert.checkpoints.google import load_google_checkpoint
 from kbert.config import PRESETS, BertConfig
 from kbert.hardware import log_dtype
-from kbert.pretraining.pretrainer import bert_pretrainer
+from kbert.models.pretrainer import bert_pretrainer
 from kbert.pretraining.records import make_pretraining_dataset, read_metadata
+from kbert.training.backup import AtomicBackup
 from kbert.training.distribute import (
     chief_folder,
     compile_for_strategy,
@@ -26,7 +27,6 @@ from kbert.training.distribute import (
     is_xla_compiled,
     log_batch_sizes,
 )
-from kbert.training.backup import AtomicBackup
 from kbert.training.optimizers import make_optimizer
 
 # google-research/bert's run_pretraining.py flags: 10,000 warmup steps of

@@ -43,9 +43,9 @@ from kbert.modelfolder import (
     write_model_folder,
 )
 from kbert.models import bert_encoder
-from kbert.pretraining.corpus import iter_documents
 from kbert.recipes import DISTILLATION
 from kbert.tasks import Encoded, training_bucket_width
+from kbert.text.corpus import iter_documents
 from kbert.training.distribute import compile_for_strategy
 from kbert.training.finetune import (
     DEFAULT_WARMUP_FRACTION,

@@ -19,8 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_common  # noqa: E402
 
 from kbert.config import BertConfig  # noqa: E402
-from kbert.models import bert_classifier  # noqa: E402
-from kbert.pretraining import bert_pretrainer  # noqa: E402
+from kbert.models import bert_classifier, bert_pretrainer  # noqa: E402
 
 
 def matmul(settings):

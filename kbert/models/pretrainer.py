@@ -4,8 +4,8 @@ import keras
 
 from kbert.config import BertConfig
 from kbert.layers.initializers import clone_initializer
+from kbert.layers.masked_lm_head import MaskedLMHead
 from kbert.models.encoder import ENCODER_INPUTS, as_encoder
-from kbert.pretraining.masked_lm_head import MaskedLMHead
 
 # Names of the pretrainer's outputs; the labels and sample weights of
 # `make_pretraining_dataset` are keyed the same way.
