@@ -61,8 +61,8 @@ class TaskModel(keras.Model):
         Args:
             init: str. What `kbert finetune --init` takes: "all-minilm-l6-v2",
                 a Hugging Face or google-research/bert folder.
-            task: str. "text-classification", "text-pair-classification" or
-                "text-pair-regression".
+            task: str. A task whose examples are texts (`kbert.tasks.TASKS`):
+                text classification, text-pair classification or regression.
             labels: list of str, or int (that many classes, named "0", "1"...);
                 classification only.
             sequence_length: int. Packed length; default the task's recipe's.
