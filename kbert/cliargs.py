@@ -164,3 +164,16 @@ def add_model_arguments(parser, task=None, required=True):
         "--seq-len", type=positive_int, default=None,
         help="packed length (default: the model folder's, or the checkpoint's own)",
     )
+
+
+def examples_epilog(*commands):
+    """An epilog of example commands, as `--help` prints them last."""
+    return "examples:\n" + "\n".join("  " + command for command in commands)
+
+
+def add_command(sub, name, help, examples, description=None, usage=None):
+    """A subcommand whose `--help` shows defaults and ends with `examples`."""
+    return sub.add_parser(
+        name, help=help, description=description or help[0].upper() + help[1:] + ".",
+        epilog=examples_epilog(*examples), formatter_class=HelpFormatter, usage=usage,
+    )

@@ -8,7 +8,7 @@ import shlex
 import subprocess
 import sys
 
-from kbert.cli import DESCRIPTION, _task_options, build_parser
+from kbert.cli.main import DESCRIPTION, _task_options, build_parser
 from kbert.cliargs import rate
 from kbert.recipes import DISTILLATION, Recipe
 from kbert.tasks import TASKS
