@@ -31,7 +31,7 @@ from tokenizers import BertWordPieceTokenizer
 
 from kbert import BertConfig
 from kbert.cli import main
-from kbert.tasks import squad
+from kbert.tasks import squad, squad_eval, squad_text
 from tests.task_harness import load_tool, task_instance, write_task_folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -281,7 +281,7 @@ def test_piece_offsets_are_hugging_faces(lowercase):
     texts.append(hard)
     hf = BertWordPieceTokenizer(VOCAB, lowercase=lowercase, strip_accents=lowercase)
     task = task_instance("question-answering", {}, lowercase=lowercase)
-    for text, context in zip(texts, squad.tokenize_contexts(task.tokenizer, texts)):
+    for text, context in zip(texts, squad_text.tokenize_contexts(task.tokenizer, texts)):
         encoding = hf.encode(text, add_special_tokens=False)
         assert context.ids.tolist() == encoding.ids
         assert list(zip(context.piece_starts.tolist(), context.piece_ends.tolist())) == encoding.offsets
@@ -404,7 +404,7 @@ def test_squad_v1_metrics_hand_checked():
         "the France",  # the article goes: EM 1
         "",  # v1.1: an empty answer scores 0
     ]
-    metrics = squad.squad_v1_metrics(golds, predictions)
+    metrics = squad_eval.squad_v1_metrics(golds, predictions)
     assert metrics["exact_match"] == pytest.approx(100 * 2 / 4)
     assert metrics["f1"] == pytest.approx(100 * (2 / 3 + 1 + 1 + 0) / 4)
 
@@ -413,7 +413,7 @@ def test_squad_v2_metrics_hand_checked():
     golds = [["France"], [], ["Richard I of Normandy"], []]
     predictions = ["France.", "", "Richard", "Normandy"]
     odds = [-3.0, 2.0, -1.0, -0.5]
-    metrics = squad.squad_v2_metrics(golds, predictions, odds)
+    metrics = squad_eval.squad_v2_metrics(golds, predictions, odds)
     f1_richard = 2 * (1 * 0.25) / 1.25  # 1 of 1 predicted, 1 of 4 gold tokens
     assert metrics["exact_match"] == pytest.approx(50.0)
     assert metrics["f1"] == pytest.approx(100 * (1 + 1 + f1_richard + 0) / 4)
@@ -468,7 +468,7 @@ def test_cmrc_answer_start_off_by_one_is_refused():
 def test_question_too_long_for_the_sequence_is_refused():
     task = qa_task(sequence_length=16, max_query_length=64)
     examples = task.read(NORMANS)
-    lengths = [len(ids) for ids in squad.tokenize(task.tokenizer, [e["question"] for e in examples])]
+    lengths = [len(ids) for ids in squad_text.tokenize(task.tokenizer, [e["question"] for e in examples])]
     first = next(i for i, n in enumerate(lengths) if n >= 13)  # 16 - [CLS] - 2 [SEP]: no room left
     with pytest.raises(ValueError, match=f"question {examples[first]['id']!r}: its {lengths[first]} pieces .* no room"):
         task.encode(examples)

@@ -39,7 +39,7 @@ from ai_edge_litert.interpreter import Interpreter
 
 from kbert.config import ENCODER_INPUTS
 from kbert.export import mediapipe, mediapipe_env, tflite
-from kbert.tasks import squad
+from kbert.tasks import squad_eval
 
 FILE = "bert_question_answerer.tflite"
 # bert_question_answerer.cc's kMaxSeqLen, kMaxQueryLen, kPredictAnsNum, kMaxAnsLen.
@@ -122,7 +122,7 @@ def export_bert_question_answerer(folder, out, examples, reference, cache_dir=No
         "contract": contract,
         "emulation": emulation_agreement(examples, reply["answers"], emulated),
         "agreement_with_kbert_predict": {
-            k: v for k, v in squad.squad_v2_metrics(
+            k: v for k, v in squad_eval.squad_v2_metrics(
                 [[text] if text else [] for text in kbert_answers], [p["answer"]["text"] for p in predictions]
             ).items() if k in ("exact_match", "f1")
         },

@@ -35,7 +35,7 @@ import numpy as np
 
 from kbert.config import ENCODER_INPUTS
 from kbert.recipes import Recipe
-from kbert.tasks import squad
+from kbert.tasks import squad, squad_eval, squad_text
 from kbert.tasks.base import (
     ENCODE_CHUNK,
     FLOAT_TOLERANCE,
@@ -200,12 +200,12 @@ class QuestionAnswering(Task):
         for chunk_start in range(0, len(examples), ENCODE_CHUNK):
             chunk = examples[chunk_start : chunk_start + ENCODE_CHUNK]
             new = sorted({e["context"] for e in chunk} - contexts.keys())
-            contexts.update(zip(new, squad.tokenize_contexts(self.tokenizer, new)))
-            queries = squad.tokenize(self.tokenizer, [e["question"] for e in chunk])
+            contexts.update(zip(new, squad_text.tokenize_contexts(self.tokenizer, new)))
+            queries = squad_text.tokenize(self.tokenizer, [e["question"] for e in chunk])
             answerable = [e for e in chunk if targets and e["answers"]]
             answer_ids = dict(zip(
                 [id(e) for e in answerable],
-                squad.tokenize(self.tokenizer, [e["answers"][0]["text"] for e in answerable]),
+                squad_text.tokenize(self.tokenizer, [e["answers"][0]["text"] for e in answerable]),
             ))
             for example, query in zip(chunk, queries):
                 questions.append(self._question(example, query, contexts[example["context"]], targets, answer_ids))
@@ -446,11 +446,11 @@ class QuestionAnswering(Task):
         texts = [self.answer(p)["text"] for p in predictions]
         if self.version_2_with_negative or any(e["is_impossible"] for e in examples):
             odds = [p.get("null_score_diff") for p in predictions]
-            metrics = squad.squad_v2_metrics(golds, texts, None if None in odds else odds)
+            metrics = squad_eval.squad_v2_metrics(golds, texts, None if None in odds else odds)
             metrics["n"] = metrics.pop("total")
             metrics["null_score_diff_threshold"] = self.null_score_diff_threshold
         else:
-            metrics = {**squad.squad_v1_metrics(golds, texts), "n": len(examples)}
+            metrics = {**squad_eval.squad_v1_metrics(golds, texts), "n": len(examples)}
         return metrics
 
     def tune(self, examples, predictions):
@@ -469,10 +469,10 @@ class QuestionAnswering(Task):
         texts = [p["best"]["text"] if p["best"] else "" for p in predictions]
         has_answer = [bool(e["answers"]) for e in examples]
         f1 = [
-            max(squad.f1_v2(a, text) for a in ([a["text"] for a in e["answers"] if squad.normalize_answer(a["text"])] or [""]))
+            max(squad_eval.f1_v2(a, text) for a in ([a["text"] for a in e["answers"] if squad_eval.normalize_answer(a["text"])] or [""]))
             for e, text in zip(examples, texts)
         ]
-        best, threshold = squad.find_best_threshold(texts, f1, odds, has_answer)
+        best, threshold = squad_eval.find_best_threshold(texts, f1, odds, has_answer)
         if best <= 100.0 * sum(not has for has in has_answer) / len(has_answer):
             threshold = min(odds) - 1.0
         self.null_score_diff_threshold = float(threshold)
@@ -598,7 +598,7 @@ class QuestionAnswering(Task):
             `outputs`, list of str: each question's `ORACLE_STATUSES` entry).
         """
         questions = encoded.extra["questions"]
-        answer_ids = iter(squad.tokenize(self.tokenizer, [a["text"] for e in examples for a in e["answers"]]))
+        answer_ids = iter(squad_text.tokenize(self.tokenizer, [a["text"] for e in examples for a in e["answers"]]))
         spans, statuses = [], []
         for example, question in zip(examples, questions):
             found = [(self._oracle_status(question, answer, next(answer_ids)), answer) for answer in example["answers"]]
@@ -668,7 +668,7 @@ class Question:
 
     Attributes:
         query: int32 array. The question's pieces, cut to `max_query_length`.
-        context: `squad.Context`, shared by the questions of a paragraph.
+        context: `squad_text.Context`, shared by the questions of a paragraph.
         windows: list of `(start, length)` piece windows of the context.
         target: `(start, end)` pieces of the first answer, `(-1, -1)` for an
             unanswerable question, None for one whose answer run_squad.py

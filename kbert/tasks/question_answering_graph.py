@@ -22,8 +22,8 @@ import tensorflow_text as tf_text
 
 from kbert.text import tokenizer as _wordpiece
 
-# run_squad.py's word separators (`squad.WORD_SEPARATORS`); CJK characters
-# are words of their own (`squad._characters().word`).
+# run_squad.py's word separators (`squad_text.WORD_SEPARATORS`); CJK characters
+# are words of their own (`squad_text.character_classes().word`).
 WORD_DELIMITERS = "[ \\t\\r\\n\\x{202F}]+|" + _wordpiece._CJK
 WORD_KEPT = _wordpiece._CJK
 # `null_score_diff` when a question has no valid span (an infinite
