@@ -21,7 +21,7 @@ import pytest
 
 from kbert import BertConfig
 from kbert.cli import main
-from kbert.export import mediapipe, mediapipe_env
+from kbert.export import mediapipe, mediapipe_contract, mediapipe_env
 from kbert.modelfolder import ModelFolder, write_model_folder
 from kbert.tasks import TASKS
 from kbert.text import BertPreprocessor, WordPieceTokenizer, load_vocab
@@ -76,7 +76,7 @@ def exported(tmp_path_factory, tiny_folder):
 
 @pytest.fixture(scope="session")
 def read_back(exported):
-    return mediapipe.read_contract(os.path.join(exported[0], mediapipe.MEDIAPIPE_FILE))
+    return mediapipe_contract.read_contract(os.path.join(exported[0], mediapipe.MEDIAPIPE_FILE))
 
 
 @pytest.fixture(scope="session")
@@ -107,7 +107,7 @@ def test_export_writes_both_files_labels_and_report(exported, finetuned):
 
 def test_mediapipe_file_meets_the_contract(exported, finetuned):
     path = os.path.join(exported[0], mediapipe.MEDIAPIPE_FILE)
-    contract = mediapipe.check_contract(path, finetuned.vocabulary, finetuned.labels, SEQ_LEN)
+    contract = mediapipe_contract.check_contract(path, finetuned.vocabulary, finetuned.labels, SEQ_LEN)
     assert contract["subgraphs"] == 1
     # The converter orders the inputs its own way; the metadata must follow it.
     by_signature = {t["signature_name"]: t for t in contract["inputs"]}
@@ -130,7 +130,7 @@ def test_mediapipe_file_meets_the_contract(exported, finetuned):
 def test_task_library_file_names_its_output_probability(exported, finetuned, read_back):
     out = exported[0]
     args = (finetuned.vocabulary, finetuned.labels, SEQ_LEN)
-    contract = mediapipe.check_contract(
+    contract = mediapipe_contract.check_contract(
         os.path.join(out, mediapipe.TASK_LIBRARY_FILE), *args, runtime="task_library"
     )
     assert contract["outputs"][0]["metadata_name"] == "probability"
@@ -139,7 +139,7 @@ def test_task_library_file_names_its_output_probability(exported, finetuned, rea
     assert contract["tokenizer"] == read_back["tokenizer"]
     assert contract["associated_files"] == read_back["associated_files"]
     with pytest.raises(ValueError, match="task_library expects 'probability'"):
-        mediapipe.check_contract(os.path.join(out, mediapipe.MEDIAPIPE_FILE), *args, runtime="task_library")
+        mediapipe_contract.check_contract(os.path.join(out, mediapipe.MEDIAPIPE_FILE), *args, runtime="task_library")
 
 
 def test_task_library_crashes_on_mediapipe_metadata(exported):
@@ -153,9 +153,9 @@ def test_converted_model_outputs_softmax_of_keras_logits(exported, finetuned):
     """The LiteRT interpreter on kbert's own token ids: conversion alone, no tokenizer."""
     examples = finetuned.task.read(DEV_CSV)[:100]
     features = finetuned.task.encode(examples, targets=False).features
-    litert = mediapipe._interpreter_scores(os.path.join(exported[0], mediapipe.MEDIAPIPE_FILE), features)
+    litert = mediapipe_contract.interpreter_scores(os.path.join(exported[0], mediapipe.MEDIAPIPE_FILE), features)
     keras_scores = finetuned.predict(examples)
-    assert np.abs(litert - keras_scores).max() < mediapipe.PROBABILITY_TOLERANCE
+    assert np.abs(litert - keras_scores).max() < mediapipe_contract.PROBABILITY_TOLERANCE
     assert (litert.argmax(-1) == keras_scores.argmax(-1)).all()
 
 
@@ -163,7 +163,7 @@ def test_converted_model_outputs_softmax_of_keras_logits(exported, finetuned):
 def test_runtime_matches_keras_where_token_ids_agree(exported, index, runtime):
     entry = exported[1]["artefacts"][index]
     assert entry["runtime"] == runtime
-    assert entry["max_abs_diff"] < mediapipe.PROBABILITY_TOLERANCE
+    assert entry["max_abs_diff"] < mediapipe_contract.PROBABILITY_TOLERANCE
     assert entry["top1_disagreements_where_token_ids_agree"] == 0
     disagreements = round((1 - entry["top1_agreement"]) * 950)
     assert disagreements <= entry["tokenization"]["texts_whose_token_ids_differ"]
@@ -224,17 +224,17 @@ def test_wrong_input_mapping_runs_silently_and_is_caught(tmp_path, finetuned):
          "tensor_names": names, "out": wrong},
     )
     with pytest.raises(ValueError, match="input 'token_ids' is named 'mask'"):
-        mediapipe.check_contract(wrong, finetuned.vocabulary, finetuned.labels, SEQ_LEN)
+        mediapipe_contract.check_contract(wrong, finetuned.vocabulary, finetuned.labels, SEQ_LEN)
     texts = ["A text editor for the terminal.", "A game of chess."]
     scores, _ = mediapipe.classify(wrong, texts)
-    assert np.max(np.abs(scores - scores_of(finetuned, texts))) > 1000 * mediapipe.PROBABILITY_TOLERANCE
+    assert np.max(np.abs(scores - scores_of(finetuned, texts))) > 1000 * mediapipe_contract.PROBABILITY_TOLERANCE
 
 
 def test_logits_without_softmax_are_caught(tmp_path, finetuned):
     path = tmp_path / "logits.tflite"
     model = finetuned.model
     path.write_bytes(mediapipe._to_tflite(lambda f: model(f, training=False), SEQ_LEN, model))
-    problems = mediapipe.probability_problems(str(path), len(finetuned.vocabulary), SEQ_LEN)
+    problems = mediapipe_contract.probability_problems(str(path), len(finetuned.vocabulary), SEQ_LEN)
     assert problems and "no softmax" in problems[0]
 
 
@@ -258,9 +258,9 @@ def good_contract(read_back):
 )
 def test_contract_problems_name_each_broken_rule(good_contract, finetuned, break_it, message):
     args = (finetuned.vocabulary, finetuned.labels, SEQ_LEN)
-    assert mediapipe.contract_problems(good_contract, *args) == []
+    assert mediapipe_contract.contract_problems(good_contract, *args) == []
     break_it(good_contract)
-    problems = mediapipe.contract_problems(good_contract, *args)
+    problems = mediapipe_contract.contract_problems(good_contract, *args)
     assert any(message in p for p in problems), problems
 
 
@@ -279,7 +279,7 @@ def test_copy_model_to_app_copies_a_real_export(tmp_path, exported, finetuned):
     copies = copy_tool.copy_model_to_app(export_root, str(tmp_path / "assets"))
     with open(copies["labels"]) as f:
         assert f.read().splitlines() == finetuned.labels
-    mediapipe.check_contract(copies["model"], finetuned.vocabulary, finetuned.labels, SEQ_LEN)
+    mediapipe_contract.check_contract(copies["model"], finetuned.vocabulary, finetuned.labels, SEQ_LEN)
 
 
 def test_environment_failure_is_loud(tmp_path):

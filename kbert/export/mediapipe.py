@@ -5,7 +5,7 @@
 (`kbert.export.on_device`), and verifies them with MediaPipe itself. The classifier's contract:
 MediaPipe (and the TFLite Task Library's `BertNLClassifier`) tokenize the text
 themselves and feed a BERT model whose file carries the vocabulary and labels in
-its metadata. What the runtime relies on, and what `check_contract` tests:
+its metadata. What the runtime relies on, and what `mediapipe_contract.check_contract` tests:
 
 | point | why |
 | --- | --- |
@@ -30,26 +30,22 @@ environment of its own (`kbert.export.mediapipe_env`).
 
 import os
 import tempfile
-import zipfile
 
 import keras
 import numpy as np
 import tensorflow as tf
-from ai_edge_litert import schema_py_generated as tflite_schema
 from ai_edge_litert.interpreter import Interpreter
 
 from kbert.config import ENCODER_INPUTS
 from kbert.export import mediapipe_env, tflite
 from kbert.export.graph import model_outputs, task_encoder
+from kbert.export.mediapipe_contract import (
+    METADATA_INPUT_NAMES, PAD_TOKEN, RUNTIMES, check_contract, input_problems, output_problems,
+    read_contract,
+)
 from kbert.export.mediapipe_worker import LABELS_NAME, VOCAB_NAME
 from kbert.fileio import write_file
 
-# The metadata name of each kbert input; MediaPipe's BERT preprocessor and the
-# Task Library find their inputs by these names.
-METADATA_INPUT_NAMES = {"token_ids": "ids", "padding_mask": "mask", "segment_ids": "segment_ids"}
-# The output's metadata name each runtime's writer gives (see the table above).
-OUTPUT_METADATA_NAMES = {"mediapipe": "score", "task_library": "probability"}
-RUNTIMES = tuple(OUTPUT_METADATA_NAMES)
 # The export's subfolder, and file names in it and in the Android app's assets.
 FOLDER = "mediapipe"
 MEDIAPIPE_FILE = "text_classifier.tflite"
@@ -58,13 +54,6 @@ EMBEDDER_FILE = "text_embedder.tflite"
 EMBEDDING_OUTPUT_NAME = "embedding"
 TASK_LIBRARY_FILE = "bert_nl_classifier.tflite"
 LABELS_FILE = LABELS_NAME
-# The runtimes pad with id 0, so the vocabulary must hold [PAD] there.
-PAD_TOKEN = "[PAD]"
-# Probabilities from the LiteRT interpreter, MediaPipe and the Task Library
-# match a float32 Keras model's on the same token ids to rounding: measured
-# 3.7e-6 at most over the dev set for fine-tuned MiniLM-L6 (L=128), 3e-8 for
-# the tests' tiny model. A sum of probabilities is 1 to as much.
-PROBABILITY_TOLERANCE = 1e-5
 # The signature output; MediaPipe reads the tensor by the metadata, not by this.
 _OUTPUT_NAME = "probabilities"
 _WORKER_COMMANDS = {
@@ -324,175 +313,6 @@ def probability_tflite(model, sequence_length, task):
 
 
 
-def check_contract(path, vocabulary, labels, sequence_length, runtime="mediapipe", cache_dir=None):
-    """Reads `path` back and raises `ValueError` listing every broken point.
-
-    Checks each row of the module's table against the file: the LiteRT
-    interpreter for tensors, MediaPipe's `MetadataDisplayer` for the metadata,
-    the packed files for vocabulary and labels, and two inputs run through the
-    interpreter for probabilities.
-
-    Returns:
-        dict. `read_contract(path)`.
-    """
-    contract = read_contract(path, cache_dir)
-    problems = contract_problems(contract, vocabulary, labels, sequence_length, runtime)
-    if not problems:
-        problems = probability_problems(path, len(vocabulary), sequence_length)
-    if problems:
-        raise ValueError(f"{path} breaks the {runtime} contract:\n- " + "\n- ".join(problems))
-    return contract
-
-
-def contract_problems(contract, vocabulary, labels, sequence_length, runtime="mediapipe"):
-    """What in `contract` (from `read_contract`) breaks the table; list of str."""
-    if runtime not in RUNTIMES:
-        raise ValueError(f"runtime={runtime!r}; expected one of {list(RUNTIMES)}")
-    problems = input_problems(contract, vocabulary, sequence_length)
-    problems += output_problems(contract, len(labels), OUTPUT_METADATA_NAMES[runtime], runtime)
-    if contract["labels"] != list(labels):
-        problems.append(f"packed labels {contract['labels']}; expected {list(labels)}")
-    return problems
-
-
-def input_problems(contract, vocabulary, sequence_length):
-    """What in `contract` breaks the rules of MediaPipe's BERT text input; list of str.
-
-    One subgraph; the three int32 `[1, L]` inputs named `ids`, `mask`,
-    `segment_ids` in the metadata; BERT's tokenizer with `vocabulary`, `[PAD]` first.
-    """
-    problems = []
-    if contract["subgraphs"] != 1:
-        problems.append(f"{contract['subgraphs']} subgraphs; expected 1")
-    inputs = contract["inputs"]
-    if sorted(str(i["signature_name"]) for i in inputs) != sorted(ENCODER_INPUTS):
-        problems.append(
-            f"inputs {[i['signature_name'] for i in inputs]}; expected {list(ENCODER_INPUTS)}"
-        )
-    for tensor in inputs:
-        name = tensor["signature_name"]
-        expected = METADATA_INPUT_NAMES.get(name)
-        if tensor["metadata_name"] != expected:
-            problems.append(
-                f"input {name!r} is named {tensor['metadata_name']!r} in the metadata; "
-                f"expected {expected!r}"
-            )
-        if tensor["dtype"] != "int32":
-            problems.append(f"input {name!r} is {tensor['dtype']}; expected int32")
-        for key in ("shape", "shape_signature"):
-            if tensor[key] != [1, sequence_length]:
-                problems.append(
-                    f"input {name!r} has {key} {tensor[key]}; expected [1, {sequence_length}]"
-                )
-    if contract["tokenizer"] != "BertTokenizerOptions":
-        problems.append(
-            f"input process unit {contract['tokenizer']!r}; expected BertTokenizerOptions"
-        )
-    if contract["vocabulary"][:1] != [PAD_TOKEN]:
-        problems.append(
-            f"the packed vocabulary starts {contract['vocabulary'][:1]}; expected [{PAD_TOKEN!r}]"
-        )
-    if contract["vocabulary"] != list(vocabulary):
-        problems.append("the packed vocabulary differs from the model's")
-    return problems
-
-
-def output_problems(contract, width, metadata_name, runtime="mediapipe"):
-    """What in `contract` breaks the rule of one float32 `[1, width]` output named
-    `metadata_name` in the metadata; list of str."""
-    outputs = contract["outputs"]
-    problems = [] if len(outputs) == 1 else [f"{len(outputs)} outputs; expected 1"]
-    for tensor in outputs:
-        if tensor["dtype"] != "float32":
-            problems.append(f"output is {tensor['dtype']}; expected float32")
-        for key in ("shape", "shape_signature"):
-            if tensor[key] != [1, width]:
-                problems.append(f"output has {key} {tensor[key]}; expected [1, {width}]")
-        if tensor["metadata_name"] != metadata_name:
-            problems.append(
-                f"output is named {tensor['metadata_name']!r} in the metadata; "
-                f"{runtime} expects {metadata_name!r}"
-            )
-    return problems
-
-
-def probability_problems(path, vocab_size, sequence_length):
-    """Runs a padded and a random full input through `path` with the LiteRT
-    interpreter; each output row must be a probability distribution."""
-    rng = np.random.default_rng(0)
-    full = rng.integers(1, vocab_size, (1, sequence_length)).astype("int32")
-    short = np.where(np.arange(sequence_length) < 3, full, 0).astype("int32")
-    problems = []
-    for ids in (short, full):
-        features = {
-            "token_ids": ids,
-            "padding_mask": (ids != 0).astype("int32"),
-            "segment_ids": np.zeros_like(ids),
-        }
-        row = _interpreter_scores(path, features)[0]
-        if row.min() < 0 or row.max() > 1 or abs(row.sum() - 1) > PROBABILITY_TOLERANCE:
-            problems.append(
-                f"output {np.round(row, 4).tolist()} is not a probability distribution "
-                "(no softmax in the model?)"
-            )
-    return problems
-
-
-def read_contract(path, cache_dir=None):
-    """What a runtime sees in `path`: tensors, metadata names, packed files.
-
-    Returns:
-        dict with `subgraphs`; `inputs` (in subgraph order) and `outputs`, each a
-        list of dicts `signature_name`, `tensor_name`, `metadata_name`, `dtype`,
-        `shape`, `shape_signature`; `tokenizer` (the input process unit);
-        `associated_files`; `vocabulary` and `labels` (the packed files' lines).
-    """
-    with open(path, "rb") as f:
-        content = f.read()
-    flatbuffer = tflite_schema.Model.GetRootAs(content, 0)
-    interpreter = Interpreter(model_content=content)
-    signature = interpreter.get_signature_runner()
-    signature_names = {
-        tensor["index"]: name
-        for side in (signature.get_input_details(), signature.get_output_details())
-        for name, tensor in side.items()
-    }
-    metadata = mediapipe_env.run_worker(
-        mediapipe_env.MEDIAPIPE, "read_metadata", {"model": os.path.abspath(path)}, cache_dir
-    )
-    subgraph = metadata["metadata"]["subgraph_metadata"][0]
-
-    def tensors(details, tensor_metadata):
-        names = [m.get("name") for m in tensor_metadata]
-        names += [None] * (len(details) - len(names))
-        return [
-            {
-                "signature_name": signature_names.get(d["index"]),
-                "tensor_name": d["name"],
-                "metadata_name": name,
-                "dtype": np.dtype(d["dtype"]).name,
-                "shape": d["shape"].tolist(),
-                "shape_signature": d["shape_signature"].tolist(),
-            }
-            for d, name in zip(details, names)
-        ]
-
-    process_units = subgraph.get("input_process_units", [])
-    with zipfile.ZipFile(path) as packed:
-        files = packed.namelist()
-        vocabulary = _lines(packed, VOCAB_NAME) if VOCAB_NAME in files else []
-        labels = _lines(packed, LABELS_NAME) if LABELS_NAME in files else []
-    return {
-        "subgraphs": flatbuffer.SubgraphsLength(),
-        "inputs": tensors(interpreter.get_input_details(), subgraph.get("input_tensor_metadata", [])),
-        "outputs": tensors(interpreter.get_output_details(), subgraph.get("output_tensor_metadata", [])),
-        "tokenizer": process_units[0].get("options_type") if process_units else None,
-        "associated_files": metadata["associated_files"],
-        "vocabulary": vocabulary,
-        "labels": labels,
-    }
-
-
 def classify(path, texts, runtime="mediapipe", cache_dir=None):
     """Scores of `texts` from the runtime itself: MediaPipe's `TextClassifier` or
     the Task Library's `BertNLClassifier`.
@@ -623,17 +443,6 @@ def _metadata_tensor_names(content):
     return {METADATA_INPUT_NAMES[key]: details["name"] for key, details in inputs.items()}
 
 
-def _interpreter_scores(path, features):
-    interpreter = Interpreter(model_path=path)
-    runner = interpreter.get_signature_runner()
-    (output,) = runner.get_output_details()
-    rows = [
-        runner(**{name: features[name][i : i + 1] for name in ENCODER_INPUTS})[output][0]
-        for i in range(len(features["token_ids"]))
-    ]
-    return np.asarray(rows, "float32").reshape(len(rows), -1)
-
-
 def _echo(features):
     """The probe's forward pass: its three inputs, as float32, side by side."""
     return tf.concat([tf.cast(features[name], tf.float32) for name in ENCODER_INPUTS], axis=1)
@@ -669,10 +478,6 @@ def _check_labels(labels, num_classes):
 
 def _write_text(path, text):
     write_file(path, lambda f: f.write(text), "w", encoding="utf-8")
-
-
-def _lines(packed, name):
-    return packed.read(name).decode("utf-8").splitlines()
 
 
 def _max_abs(diff):

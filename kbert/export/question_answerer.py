@@ -38,7 +38,7 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
 from kbert.config import ENCODER_INPUTS
-from kbert.export import mediapipe, mediapipe_env, tflite
+from kbert.export import mediapipe, mediapipe_contract, mediapipe_env, tflite
 from kbert.tasks import squad_eval
 
 FILE = "bert_question_answerer.tflite"
@@ -133,7 +133,7 @@ def write_question_answerer(model, task, vocabulary, path, cache_dir=None):
     """Converts `model` at length 384 and writes it to `path` with the runtime's metadata.
 
     Returns:
-        dict. The file's contract as read back (`mediapipe.read_contract`);
+        dict. The file's contract as read back (`mediapipe_contract.read_contract`);
         `ValueError` listing every broken point of the module's table.
     """
     with tempfile.TemporaryDirectory(prefix="kbert-qa-") as tmp:
@@ -145,7 +145,7 @@ def write_question_answerer(model, task, vocabulary, path, cache_dir=None):
         name="kbert question answering",
         description="Extractive question answering (SQuAD): start and end logits per position.",
     )
-    contract = mediapipe.read_contract(path, cache_dir)
+    contract = mediapipe_contract.read_contract(path, cache_dir)
     problems = contract_problems(contract, vocabulary)
     if problems:
         raise ValueError(f"{path} breaks BertQuestionAnswerer's contract:\n- " + "\n- ".join(problems))
@@ -157,13 +157,13 @@ def write_question_answerer(model, task, vocabulary, path, cache_dir=None):
 
 
 def contract_problems(contract, vocabulary):
-    """What in `contract` (`mediapipe.read_contract`'s) breaks the module's table; list of str."""
+    """What in `contract` (`mediapipe_contract.read_contract`'s) breaks the module's table; list of str."""
     problems = []
     if contract["subgraphs"] != 1:
         problems.append(f"{contract['subgraphs']} subgraphs; expected 1")
     shape = [1, SEQUENCE_LENGTH]
     for side, expected, dtype in (
-        ("inputs", mediapipe.METADATA_INPUT_NAMES, "int32"),
+        ("inputs", mediapipe_contract.METADATA_INPUT_NAMES, "int32"),
         ("outputs", {name: name for name in OUTPUT_NAMES}, "float32"),
     ):
         tensors = contract[side]

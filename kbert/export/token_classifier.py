@@ -24,7 +24,7 @@ import os
 import tempfile
 
 from kbert.config import ENCODER_INPUTS
-from kbert.export import mediapipe, mediapipe_env, tflite, verify
+from kbert.export import mediapipe, mediapipe_contract, mediapipe_env, tflite, verify
 from kbert.export.options import DEFAULT_LATENCY_RUNS, DEFAULT_THREADS
 from kbert.fileio import write_file
 
@@ -110,10 +110,10 @@ def check_contract(path, vocabulary, tags, sequence_length, cache_dir=None):
     Returns:
         dict. The contract as read (`inputs`, `output`, `associated_files`).
     """
-    contract = mediapipe.read_contract(path, cache_dir)
+    contract = mediapipe_contract.read_contract(path, cache_dir)
     shape = [1, sequence_length]
     expected_inputs = sorted(
-        (name, mediapipe.METADATA_INPUT_NAMES[name], "int32", shape, shape) for name in ENCODER_INPUTS
+        (name, mediapipe_contract.METADATA_INPUT_NAMES[name], "int32", shape, shape) for name in ENCODER_INPUTS
     )
     got_inputs = sorted(
         (t["signature_name"], t["metadata_name"], t["dtype"], t["shape"], t["shape_signature"])
