@@ -3,10 +3,11 @@
 The model (`bert_pretrainer`, in `kbert.models`) uses `keras.ops` only; the
 data functions are TensorFlow (tf.data, tf-text) and import it when called.
 The model, its masked-LM head and the corpus reader live below this package
-(`kbert.models`, `kbert.layers`, `kbert.text`), where checkpoint loading and
+(`kbert.models`, `kbert.layers`, `kbert.corpus`), where checkpoint loading and
 distillation read them too; they are handed on here.
 """
 
+from kbert.corpus import read_documents
 from kbert.layers.masked_lm_head import MaskedLMHead
 from kbert.models.pretrainer import (
     MASKED_LM,
@@ -26,7 +27,6 @@ from kbert.pretraining.records import (
 )
 from kbert.pretraining.train import pretrain
 from kbert.pretraining.vocabulary import learn_vocabulary
-from kbert.text.corpus import read_documents
 # BERT's optimizers (AdamW or LAMB, warmup then linear decay, no decay on
 # LayerNorm and biases) are shared with fine-tuning.
 from kbert.training.optimizers import WarmupPolynomialDecay, make_optimizer

@@ -14,9 +14,9 @@ all its pieces predicted, each replaced 80/10/10 on its own.
 
 import os
 
+from kbert.corpus import line_dataset
 from kbert.models.pretrainer import MASKED_LM, NEXT_SENTENCE
 from kbert.pretraining.instances import DEFAULT_MASKED_LM_PROB, MASK_TOKEN_RATE
-from kbert.text.corpus import line_dataset
 
 # 80% [MASK], 10% random id, 10% unchanged, as in the BERT paper.
 RANDOM_TOKEN_RATE = 0.1

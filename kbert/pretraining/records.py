@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import random
 
+from kbert.corpus import read_documents
 from kbert.fileio import read_json
 from kbert.models.pretrainer import MASKED_LM, NEXT_SENTENCE
 from kbert.pretraining.instances import (
@@ -22,7 +23,6 @@ from kbert.pretraining.instances import (
     SpecialIds,
     create_training_instances,
 )
-from kbert.text.corpus import read_documents
 
 # Shards are a property of the data, not of the machine, so that a seed gives
 # the same files everywhere; the process pool only decides how fast.

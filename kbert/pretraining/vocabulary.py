@@ -1,6 +1,6 @@
 """Learning a WordPiece vocabulary from raw text with tf-text's BERT vocabulary learner."""
 
-from kbert.text.corpus import line_dataset
+from kbert.corpus import line_dataset
 
 # The learner's defaults (tensorflow_text.tools.wordpiece_vocab), named here
 # because they decide which rare words and characters make it in: a piece must

@@ -33,6 +33,7 @@ import numpy as np
 
 from kbert.checkpoints.huggingface import PACKAGED_CHECKPOINTS, init_encoder
 from kbert.config import PRESETS, BertConfig
+from kbert.corpus import iter_documents
 from kbert.hardware import log_dtype
 from kbert.modelfolder import (
     MODEL_FILE,
@@ -45,7 +46,6 @@ from kbert.modelfolder import (
 from kbert.models import bert_encoder
 from kbert.recipes import DISTILLATION
 from kbert.tasks import Encoded, training_bucket_width
-from kbert.text.corpus import iter_documents
 from kbert.training.distribute import compile_for_strategy
 from kbert.training.finetune import (
     DEFAULT_WARMUP_FRACTION,

@@ -50,7 +50,7 @@ import numpy as np
 
 import kbert
 from kbert.export.verify import machine
-from kbert.pretraining import bert_pretrainer
+from kbert.models import bert_pretrainer
 
 NUM_CLASSES = 12  # the Debian package task
 # BERT masks 15% of the positions (google-research/bert's masked_lm_prob).
