@@ -14,8 +14,9 @@ task's dev data, by the task's own figure:
 
 Modules: `graph` (the converter-friendly forward pass), `savedmodel`,
 `tflite`, `onnx`, `on_device` (a task's on-device files: `mediapipe`,
-`token_classifier`, `question_answerer`, with `mediapipe_env` and
-`mediapipe_worker`: MediaPipe's tools in their own environment), `verify`
+`token_classifier`, `question_answerer`, checked by `mediapipe_contract`,
+with `mediapipe_env` and `mediapipe_worker`: MediaPipe's tools in their own
+environment), `verify`
 (latency, report),
 `exporter` (the whole run), `options` (names and defaults), `cli` (the
 `kbert export` subcommand).

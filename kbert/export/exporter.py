@@ -121,26 +121,7 @@ def export_model(
 
     folder = _load_model_folder(model_dir, task, options, sequence_length)
     task = folder.task
-    available = task_formats(task)
-    formats = parse_names(formats or available, FORMATS, "format")
-    missing = [f for f in formats if f not in available]
-    if missing:
-        raise ValueError(
-            f"task {task.name!r} has no {missing[0]} export; it exports to {', '.join(available)}"
-        )
-    unsupported = {("tflite", q): why for q, why in task.tflite_unsupported().items()}
-    plan = [(f, q) for f in formats for q in quantizations if q in SUPPORTED[f]]
-    skipped = [step for step in plan if step in unsupported]
-    plan = [step for step in plan if step not in unsupported]
-    if skipped and not plan:
-        raise ValueError(f"{skipped[0][0]} {skipped[0][1]}: {unsupported[skipped[0]]}")
-    for step in skipped:
-        log(f"{step[0]} {step[1]}: skipped: {unsupported[step]}")
-    if not plan:
-        raise ValueError(
-            f"formats {', '.join(formats)} have no quantization among {', '.join(quantizations)}; "
-            + "; ".join(f"{f} supports {', '.join(SUPPORTED[f])}" for f in formats)
-        )
+    plan = _plan(task, formats, quantizations, log)
     options = {**(folder.settings.get("options") or {}), **{k: v for k, v in (options or {}).items() if v is not None}}
     task.use_options(options)
     examples = task.read(data, options)[:max_examples]
@@ -171,6 +152,35 @@ def export_model(
     return report
 
 
+def _plan(task, formats, quantizations, log):
+    """The `(format, quantization)` steps to run: those the task has and supports.
+
+    A step the task cannot convert (`Task.tflite_unsupported`) is logged and
+    skipped; `ValueError` if no step is left.
+    """
+    available = task_formats(task)
+    formats = parse_names(formats or available, FORMATS, "format")
+    missing = [f for f in formats if f not in available]
+    if missing:
+        raise ValueError(
+            f"task {task.name!r} has no {missing[0]} export; it exports to {', '.join(available)}"
+        )
+    unsupported = {("tflite", q): why for q, why in task.tflite_unsupported().items()}
+    plan = [(f, q) for f in formats for q in quantizations if q in SUPPORTED[f]]
+    skipped = [step for step in plan if step in unsupported]
+    plan = [step for step in plan if step not in unsupported]
+    if skipped and not plan:
+        raise ValueError(f"{skipped[0][0]} {skipped[0][1]}: {unsupported[skipped[0]]}")
+    for step in skipped:
+        log(f"{step[0]} {step[1]}: skipped: {unsupported[step]}")
+    if not plan:
+        raise ValueError(
+            f"formats {', '.join(formats)} have no quantization among {', '.join(quantizations)}; "
+            + "; ".join(f"{f} supports {', '.join(SUPPORTED[f])}" for f in formats)
+        )
+    return plan
+
+
 def _load_model_folder(model_dir, task, options, sequence_length):
     """`open_model`, with every failure as a one-line `ValueError`."""
     try:
@@ -196,192 +206,210 @@ def _in_batches(call, features):
 
 
 def _export(folder, staging, scratch, name, plan, examples, calibration_set, threads, latency_runs, cache_dir, log):
-    task = folder.task
-    encoded = task.encode(examples, targets=False)
-    features = encoded.features
-    one = {key: value[:1] for key, value in features.items()}
-
-    def figures(outputs=None, predictions=None):
-        if predictions is None:
-            predictions = task.decode(examples, encoded, outputs)
-        metrics = task.evaluate(examples, predictions)
-        return {k: v for k, v in task.summary(metrics).items() if k != "n"}
-
-    def judged(outputs=None, predictions=None):
-        """The task's figures and how the predictions agree with the Keras model's."""
-        if predictions is None:
-            predictions = task.decode(examples, encoded, outputs)
-        return {**figures(predictions=predictions), **task.prediction_agreement(predictions, reference_predictions)}
-
-    # Artefacts compute in float32; a model trained under mixed precision is
-    # held to its float32 twin (same weights), and its own figures reported.
-    model = folder.float32_model()
-    reference = task.run(model, features, BATCH_SIZE)
-    reference_predictions = task.decode(examples, encoded, reference)
-    keras_figures = figures(predictions=reference_predictions)
-    keras_figures["compute_dtype"] = "float32"
-    keras_figures["latency"] = verify.measure_latency(lambda: model.predict_on_batch(one), latency_runs)
-    if model is not folder.model:
-        trained = task.run(folder.model, features, BATCH_SIZE)
-        keras_figures["as_trained"] = {
-            "compute_dtype": folder.compute_dtype, **task.agreement(trained, reference), **figures(trained)
-        }
-    tf_threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
-    keras_figures["latency"]["threads"] = tf_threads
-    save_vocab(folder.vocabulary, os.path.join(staging, savedmodel.VOCAB_ASSET))
-    for file_name, content in task.serving_assets().items():
-        with open(os.path.join(staging, file_name), "w", encoding="utf-8") as f:
-            f.write(content)
-
-    entries = []
-
-    def add(entry):
-        entry["size_bytes"] = _size(os.path.join(staging, entry["path"]))
-        entries.append(task.judge(entry, keras_figures))
-        log(
-            f"{entry['path']}: max abs diff {entry['max_abs_diff']:.2e}, {task.metric} "
-            f"{entry[task.metric]:.4f}, {entry['latency']['median_ms']:.2f} ms"
-        )
-
-    def artefact(path, fmt, quantization, input_kind, outputs, latency, **extra):
-        add({
-            "path": os.path.relpath(path, staging),
-            "format": fmt,
-            "quantization": quantization,
-            "input": input_kind,
-            **task.agreement(outputs, reference),
-            **judged(outputs),
-            "latency": latency,
-            **extra,
-        })
-
+    """Writes every artefact of `plan` into `staging`, each held to the Keras model; the report."""
+    reference = _keras_reference(folder, examples, staging, latency_runs, log)
+    _write_client_files(folder, staging)
     formats = {f for f, _ in plan}
-    onnx_fusions = None
+    entries, onnx_fusions = [], None
     if "savedmodel" in formats or "onnx" in formats:
         keep = "savedmodel" in formats
         base = staging if keep else os.path.join(scratch, "savedmodel")
         log("SavedModel: tracing and saving")
         version_dir = savedmodel.export_savedmodel(folder, base, name, examples, scratch)
         loaded = savedmodel.load_savedmodel(version_dir)
-        text_fn = loaded.signatures[savedmodel.TEXT_SIGNATURE]
-        tokens_fn = loaded.signatures[savedmodel.TOKENS_SIGNATURE]
-        numeric = [n for n, spec in tokens_fn.structured_outputs.items() if spec.dtype.is_floating]
         if keep:
-            savedmodel.saved_model_cli_show(version_dir, task.text_inputs, sorted(text_fn.structured_outputs))
-
-            def call_text(strings):
-                return text_fn(**{k: tf.constant(v) for k, v in strings.items()})
-
-            text_outputs = task.serving_text_outputs(call_text, examples, BATCH_SIZE)
-            token_outputs = _in_batches(
-                lambda batch: tokens_fn(**{k: tf.constant(v) for k, v in batch.items()}), features
-            )
-            for request in savedmodel.read_warmup_requests(version_dir):
-                text_fn(**{k: tf.make_ndarray(v) for k, v in request.inputs.items()})
-            one_tensors = {k: tf.constant(v) for k, v in one.items()}
-            latency = verify.measure_latency(lambda: tokens_fn(**one_tensors), latency_runs)
-            first = {k: v[:1] for k, v in task.serving_strings(examples[:1]).items()}
-            text_latency = verify.measure_latency(lambda: call_text(first), latency_runs)
-            latency["threads"] = text_latency["threads"] = tf_threads
-            artefact(
-                version_dir, "savedmodel", "none", "text", text_outputs, latency,
-                max_abs_diff_tokens=task.agreement(token_outputs, reference)["max_abs_diff"],
-                text_latency=text_latency,
-                signatures=[savedmodel.TEXT_SIGNATURE, savedmodel.TOKENS_SIGNATURE],
-            )
-            instances = [_shorten(task.serving_request(e)) for e in examples[:REST_EXAMPLES]]
-            request, response = savedmodel.rest_predict_example(loaded, instances)
-            _write_rest_example(staging, name, request, response)
-
+            entries += _verify_savedmodel(reference, name, version_dir, loaded)
         if "onnx" in formats:
-            log("ONNX: converting with tf2onnx and fusing with onnxruntime")
-            onnx_dir = os.path.join(staging, "onnx")
-            os.makedirs(onnx_dir)
-            raw = os.path.join(scratch, "raw.onnx")
-            onnx_export.convert_savedmodel_to_onnx(version_dir, raw, numeric)
-            keep_fused = ("onnx", "none") in plan
-            fused = os.path.join(onnx_dir if keep_fused else scratch, "model.onnx")
-            onnx_fusions = onnx_export.optimize_onnx(raw, fused, folder.config)
-            paths = {"none": fused} if keep_fused else {}
-            if ("onnx", "dynamic") in plan:
-                paths["dynamic"] = os.path.join(onnx_dir, "model_int8.onnx")
-                onnx_export.quantize_onnx(fused, paths["dynamic"])
-            for quantization, path in paths.items():
-                runner = onnx_export.OnnxRunner(path, threads)
-                outputs = _in_batches(lambda batch: runner.run(batch, task.outputs), features)
-                latency = verify.measure_latency(lambda: runner.run(one, task.outputs), latency_runs)
-                latency["threads"] = threads
-                artefact(path, "onnx", quantization, "tokens", outputs, latency, opset=onnx_export.ONNX_OPSET)
-
+            onnx_entries, onnx_fusions = _write_onnx(reference, folder, version_dir, loaded, plan, scratch, threads)
+            entries += onnx_entries
     tflite_quantizations = [q for f, q in plan if f == "tflite"]
     if tflite_quantizations:
-        tflite_dir = os.path.join(staging, "tflite")
-        source = os.path.join(scratch, "tflite_tokens")
-        log("TFLite: writing the converter's SavedModel")
-        tflite.write_token_source(task, folder.model, folder.sequence_length, source)
-        calibration = task.encode(calibration_set, targets=False).features if calibration_set else None
-        for quantization in tflite_quantizations:
-            log(f"TFLite: converting ({quantization})")
-            path = os.path.join(tflite_dir, f"model_{quantization}.tflite")
-            model_bytes = tflite.convert_tokens(source, quantization, calibration, threads)
-            ops = tflite.check_ops(model_bytes)
-            tflite.write_bytes(path, model_bytes)
-            runner = tflite.TfliteRunner(path, threads)
-            latency = verify.measure_latency(lambda: runner.run(one), latency_runs)
-            latency["threads"] = threads
-            artefact(path, "tflite", quantization, "tokens", runner.run(features), latency, ops=ops)
-        if "none" in tflite_quantizations and task.tflite_text_variant:
-            log("TFLite: converting the text variant")
-            source = os.path.join(scratch, "tflite_text")
-            tflite.write_text_source(folder, source)
-            model_bytes = tflite.convert_text(source)
-            ops = tflite.check_ops(model_bytes, allowed_custom=tflite.TEXT_CUSTOM_OPS)
-            path = os.path.join(tflite_dir, "model_text.tflite")
-            tflite.write_bytes(path, model_bytes)
-            runner = tflite.TfliteRunner(path, threads, text=True)
-            first = {k: v[:1] for k, v in task.serving_strings(examples[:1]).items()}
-            latency = verify.measure_latency(lambda: runner.run_text(first), latency_runs)
-            latency["threads"] = threads
-            outputs = task.serving_text_outputs(runner.run_text, examples, 1)
-            # Held to Keras where its tokenizer gives kbert's word pieces (when
-            # the strings are the outputs' rows); the others are counted.
-            differ = tflite.text_token_differences(folder, task.serving_strings(examples))
-            agree = ~differ
-            if len(differ) != len(reference[task.outputs[0]]):
-                agree = np.ones(len(reference[task.outputs[0]]), bool)
-            artefact(
-                path, "tflite", "none", "text", outputs, latency,
-                **task.agreement(
-                    {k: v[agree] for k, v in outputs.items()}, {k: v[agree] for k, v in reference.items()}
-                ),
-                texts_whose_token_ids_differ=int(differ.sum()),
-                ops=ops, tokenizer="tf-text FastBertTokenizer",
-            )
-
+        entries += _write_tflite(reference, folder, tflite_quantizations, calibration_set, scratch, threads)
+        if "none" in tflite_quantizations and folder.task.tflite_text_variant:
+            entries += _write_tflite_text(reference, folder, scratch, threads)
     if "mediapipe" in formats:
-        from kbert.export import mediapipe, on_device
+        entries += _write_mediapipe(reference, folder, cache_dir)
+    return _report(reference, folder, name, entries, onnx_fusions, threads, latency_runs)
 
-        log("MediaPipe: writing the file with MediaPipe's metadata and running it")
-        for entry in on_device.export_for_task(
-            folder, os.path.join(staging, mediapipe.FOLDER), examples, reference, cache_dir
-        ):
-            entry.update(judged(predictions=entry.pop("predictions")))
-            entry["path"] = os.path.relpath(entry["path"], staging)
-            add(entry)
 
-    summary_names = [k for k in figures(predictions=reference_predictions)]
+def _keras_reference(folder, examples, staging, latency_runs, log):
+    """Runs the float32 Keras model on `examples`: its outputs, figures and latency."""
+    task = folder.task
+    encoded = task.encode(examples, targets=False)
+    one = {key: value[:1] for key, value in encoded.features.items()}
+    # Artefacts compute in float32; a model trained under mixed precision is
+    # held to its float32 twin (same weights), and its own figures reported.
+    model = folder.float32_model()
+    outputs = task.run(model, encoded.features, BATCH_SIZE)
+    tf_threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
+    reference = verify.KerasReference(
+        task, examples, encoded, one, outputs, task.decode(examples, encoded, outputs),
+        staging, latency_runs, tf_threads, log,
+    )
+    keras_figures = reference.keras
+    keras_figures.update(reference.figures(predictions=reference.predictions))
+    keras_figures["compute_dtype"] = "float32"
+    keras_figures["latency"] = _latency(lambda: model.predict_on_batch(one), latency_runs, tf_threads)
+    if model is not folder.model:
+        trained = task.run(folder.model, encoded.features, BATCH_SIZE)
+        keras_figures["as_trained"] = {
+            "compute_dtype": folder.compute_dtype, **task.agreement(trained, outputs), **reference.figures(trained)
+        }
+    return reference
+
+
+def _write_client_files(folder, staging):
+    """What a client of the token models needs: `vocab.txt` and the task's files."""
+    save_vocab(folder.vocabulary, os.path.join(staging, savedmodel.VOCAB_ASSET))
+    for file_name, content in folder.task.serving_assets().items():
+        with open(os.path.join(staging, file_name), "w", encoding="utf-8") as f:
+            f.write(content)
+
+
+def _verify_savedmodel(reference, name, version_dir, loaded):
+    """The SavedModel's entry (text signature, tokens signature, warm-up requests
+    run), and its REST example written beside it."""
+    task, examples = reference.task, reference.examples
+    text_fn = loaded.signatures[savedmodel.TEXT_SIGNATURE]
+    tokens_fn = loaded.signatures[savedmodel.TOKENS_SIGNATURE]
+    savedmodel.saved_model_cli_show(version_dir, task.text_inputs, sorted(text_fn.structured_outputs))
+
+    def call_text(strings):
+        return text_fn(**{k: tf.constant(v) for k, v in strings.items()})
+
+    text_outputs = task.serving_text_outputs(call_text, examples, BATCH_SIZE)
+    token_outputs = _in_batches(
+        lambda batch: tokens_fn(**{k: tf.constant(v) for k, v in batch.items()}), reference.features
+    )
+    for request in savedmodel.read_warmup_requests(version_dir):
+        text_fn(**{k: tf.make_ndarray(v) for k, v in request.inputs.items()})
+    one_tensors = {k: tf.constant(v) for k, v in reference.one.items()}
+    latency = _latency(lambda: tokens_fn(**one_tensors), reference.latency_runs, reference.tf_threads)
+    first = {k: v[:1] for k, v in task.serving_strings(examples[:1]).items()}
+    text_latency = _latency(lambda: call_text(first), reference.latency_runs, reference.tf_threads)
+    entry = reference.artefact(
+        version_dir, "savedmodel", "none", "text", text_outputs, latency,
+        max_abs_diff_tokens=task.agreement(token_outputs, reference.outputs)["max_abs_diff"],
+        text_latency=text_latency,
+        signatures=[savedmodel.TEXT_SIGNATURE, savedmodel.TOKENS_SIGNATURE],
+    )
+    instances = [_shorten(task.serving_request(e)) for e in examples[:REST_EXAMPLES]]
+    request, response = savedmodel.rest_predict_example(loaded, instances)
+    _write_rest_example(reference.staging, name, request, response)
+    return [entry]
+
+
+def _write_onnx(reference, folder, version_dir, loaded, plan, scratch, threads):
+    """The ONNX models of `plan` converted from the SavedModel, fused, and their entries.
+
+    Returns:
+        (entries, fusions): the report entries, and `optimize_onnx`'s fusion counts.
+    """
+    reference.log("ONNX: converting with tf2onnx and fusing with onnxruntime")
+    tokens_fn = loaded.signatures[savedmodel.TOKENS_SIGNATURE]
+    numeric = [n for n, spec in tokens_fn.structured_outputs.items() if spec.dtype.is_floating]
+    onnx_dir = os.path.join(reference.staging, "onnx")
+    os.makedirs(onnx_dir)
+    raw = os.path.join(scratch, "raw.onnx")
+    onnx_export.convert_savedmodel_to_onnx(version_dir, raw, numeric)
+    keep_fused = ("onnx", "none") in plan
+    fused = os.path.join(onnx_dir if keep_fused else scratch, "model.onnx")
+    fusions = onnx_export.optimize_onnx(raw, fused, folder.config)
+    paths = {"none": fused} if keep_fused else {}
+    if ("onnx", "dynamic") in plan:
+        paths["dynamic"] = os.path.join(onnx_dir, "model_int8.onnx")
+        onnx_export.quantize_onnx(fused, paths["dynamic"])
+    outputs_of = reference.task.outputs
+    entries = []
+    for quantization, path in paths.items():
+        runner = onnx_export.OnnxRunner(path, threads)
+        outputs = _in_batches(lambda batch: runner.run(batch, outputs_of), reference.features)
+        latency = _latency(lambda: runner.run(reference.one, outputs_of), reference.latency_runs, threads)
+        entries.append(
+            reference.artefact(path, "onnx", quantization, "tokens", outputs, latency, opset=onnx_export.ONNX_OPSET)
+        )
+    return entries, fusions
+
+
+def _write_tflite(reference, folder, quantizations, calibration_set, scratch, threads):
+    """The token-id TFLite model in each of `quantizations`, and their entries."""
+    task = folder.task
+    source = os.path.join(scratch, "tflite_tokens")
+    reference.log("TFLite: writing the converter's SavedModel")
+    tflite.write_token_source(task, folder.model, folder.sequence_length, source)
+    calibration = task.encode(calibration_set, targets=False).features if calibration_set else None
+    entries = []
+    for quantization in quantizations:
+        reference.log(f"TFLite: converting ({quantization})")
+        path = os.path.join(reference.staging, "tflite", f"model_{quantization}.tflite")
+        model_bytes = tflite.convert_tokens(source, quantization, calibration, threads)
+        ops = tflite.check_ops(model_bytes)
+        tflite.write_bytes(path, model_bytes)
+        runner = tflite.TfliteRunner(path, threads)
+        latency = _latency(lambda: runner.run(reference.one), reference.latency_runs, threads)
+        entries.append(
+            reference.artefact(path, "tflite", quantization, "tokens", runner.run(reference.features), latency, ops=ops)
+        )
+    return entries
+
+
+def _write_tflite_text(reference, folder, scratch, threads):
+    """The string-in TFLite model (tf-text's tokenizer inside), and its entry."""
+    task, examples = folder.task, reference.examples
+    reference.log("TFLite: converting the text variant")
+    source = os.path.join(scratch, "tflite_text")
+    tflite.write_text_source(folder, source)
+    model_bytes = tflite.convert_text(source)
+    ops = tflite.check_ops(model_bytes, allowed_custom=tflite.TEXT_CUSTOM_OPS)
+    path = os.path.join(reference.staging, "tflite", "model_text.tflite")
+    tflite.write_bytes(path, model_bytes)
+    runner = tflite.TfliteRunner(path, threads, text=True)
+    first = {k: v[:1] for k, v in task.serving_strings(examples[:1]).items()}
+    latency = _latency(lambda: runner.run_text(first), reference.latency_runs, threads)
+    outputs = task.serving_text_outputs(runner.run_text, examples, 1)
+    # Held to Keras where its tokenizer gives kbert's word pieces (when
+    # the strings are the outputs' rows); the others are counted.
+    differ = tflite.text_token_differences(folder, task.serving_strings(examples))
+    rows = len(reference.outputs[task.outputs[0]])
+    agree = ~differ if len(differ) == rows else np.ones(rows, bool)
+    return [reference.artefact(
+        path, "tflite", "none", "text", outputs, latency,
+        **task.agreement({k: v[agree] for k, v in outputs.items()}, {k: v[agree] for k, v in reference.outputs.items()}),
+        texts_whose_token_ids_differ=int(differ.sum()),
+        ops=ops, tokenizer="tf-text FastBertTokenizer",
+    )]
+
+
+def _write_mediapipe(reference, folder, cache_dir):
+    """The task's on-device files (`kbert.export.on_device`), and their entries."""
+    from kbert.export import mediapipe, on_device
+
+    reference.log("MediaPipe: writing the file with MediaPipe's metadata and running it")
+    entries = []
+    for entry in on_device.export_for_task(
+        folder, os.path.join(reference.staging, mediapipe.FOLDER), reference.examples, reference.outputs, cache_dir
+    ):
+        entry.update(reference.judged(predictions=entry.pop("predictions")))
+        entry["path"] = os.path.relpath(entry["path"], reference.staging)
+        entries.append(reference.judge(entry))
+    return entries
+
+
+def _report(reference, folder, name, entries, onnx_fusions, threads, latency_runs):
+    """The report of the run, before `export_model` adds its inputs."""
+    task = folder.task
     return {
         "name": name,
         "task": task.name,
         "metric": task.metric,
         "metric_scale": task.metric_scale,
-        "figures": summary_names,
+        "figures": list(reference.figures(predictions=reference.predictions)),
         "sequence_length": folder.sequence_length,
-        "examples": len(examples),
+        "examples": len(reference.examples),
         "threads": threads,
         "latency_runs": latency_runs,
         "machine": verify.machine(),
-        "keras": keras_figures,
+        "keras": reference.keras,
         "artefacts": entries,
         "onnx_fusions": onnx_fusions,
         "onnx_all_blocks_fused": (
@@ -389,6 +417,13 @@ def _export(folder, staging, scratch, name, plan, examples, calibration_set, thr
         ),
         "passed": all(entry["passed"] for entry in entries),
     }
+
+
+def _latency(call, runs, threads):
+    """`verify.measure_latency` of `call`, with the threads it ran on."""
+    latency = verify.measure_latency(call, runs)
+    latency["threads"] = threads
+    return latency
 
 
 def _shorten(instance):
@@ -413,11 +448,3 @@ def _write_rest_example(staging, name, request, response):
             f"POST /v1/models/{name}:predict\n\n```json\n{request}\n```\n\n"
             f"Response:\n\n```json\n{response}\n```\n"
         )
-
-
-def _size(path):
-    if os.path.isfile(path):
-        return os.path.getsize(path)
-    return sum(
-        os.path.getsize(os.path.join(root, file)) for root, _, files in os.walk(path) for file in files
-    )

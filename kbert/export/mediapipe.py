@@ -2,27 +2,13 @@
 
 `kbert export` writes them into `OUT/mediapipe/` for tasks whose
 `Task.mediapipe` is "text_classifier" or "text_embedder"
-(`kbert.export.on_device`), and verifies them with MediaPipe itself. The classifier's contract:
-MediaPipe (and the TFLite Task Library's `BertNLClassifier`) tokenize the text
-themselves and feed a BERT model whose file carries the vocabulary and labels in
-its metadata. What the runtime relies on, and what `mediapipe_contract.check_contract` tests:
+(`kbert.export.on_device`), and verifies them with MediaPipe itself; what each
+file must be, and its checks, are `kbert.export.mediapipe_contract`'s.
 
-| point | why |
-| --- | --- |
-| one subgraph | the task runs subgraph 0 |
-| three int32 inputs of shape `[1, L]`, `L` fixed | an input of dynamic length crashes MediaPipe on texts longer than `L` |
-| metadata names `ids`, `mask`, `segment_ids` on the right tensors | the runtime finds its inputs by these names; a wrong mapping runs without error and gives wrong scores |
-| one float32 output `[1, N]` holding probabilities | the runtime reports the output as scores, applying no softmax |
-| labels packed in output order | category `i` is named by line `i` |
-| `[PAD]` is id 0 in the packed vocabulary | the runtime pads with id 0 |
-| output metadata named `score` (MediaPipe) or `probability` (Task Library) | `BertNLClassifier` 0.4.4 looks the output up by the name `probability`, and crashes (SIGSEGV) on MediaPipe's `score`; MediaPipe runs either |
-
-A `TextEmbedder` file keeps the inputs' rows (and the vocabulary's) and has one
-float32 output `[1, hidden]`, the text's vector (pooling and normalisation in
-the model), named `embedding` in the metadata. MediaPipe ships no writer for
-it; its generic `MetadataWriter` (`add_bert_text_input`, `add_feature_output`)
-writes what `TextEmbedder` reads. `TextEmbedder` runs with `l2_normalize` off,
-so the vectors are the model's own.
+MediaPipe ships no writer for `TextEmbedder` files; its generic
+`MetadataWriter` (`add_bert_text_input`, `add_feature_output`) writes what
+`TextEmbedder` reads. `TextEmbedder` runs with `l2_normalize` off, so the
+vectors are the model's own.
 
 The metadata is written by MediaPipe's (or tflite-support's) own writer, in an
 environment of its own (`kbert.export.mediapipe_env`).
@@ -40,8 +26,8 @@ from kbert.config import ENCODER_INPUTS
 from kbert.export import mediapipe_env, tflite
 from kbert.export.graph import model_outputs, task_encoder
 from kbert.export.mediapipe_contract import (
-    METADATA_INPUT_NAMES, PAD_TOKEN, RUNTIMES, check_contract, input_problems, output_problems,
-    read_contract,
+    EMBEDDING_OUTPUT_NAME, METADATA_INPUT_NAMES, RUNTIMES, check_contract, check_embedder_contract,
+    check_labels, check_sequence_length, check_vocabulary,
 )
 from kbert.export.mediapipe_worker import LABELS_NAME, VOCAB_NAME
 from kbert.fileio import write_file
@@ -50,8 +36,6 @@ from kbert.fileio import write_file
 FOLDER = "mediapipe"
 MEDIAPIPE_FILE = "text_classifier.tflite"
 EMBEDDER_FILE = "text_embedder.tflite"
-# The metadata name of a TextEmbedder file's output.
-EMBEDDING_OUTPUT_NAME = "embedding"
 TASK_LIBRARY_FILE = "bert_nl_classifier.tflite"
 LABELS_FILE = LABELS_NAME
 # The signature output; MediaPipe reads the tensor by the metadata, not by this.
@@ -192,10 +176,10 @@ def write_text_embedder(model, vocabulary, sequence_length, task, path, cache_di
         cache_dir: str. Where MediaPipe's environment lives.
 
     Returns:
-        dict. The file's contract, as `read_contract` read it back.
+        dict. The file's contract, as `check_embedder_contract` read it back.
     """
-    _check_vocabulary(vocabulary)
-    _check_sequence_length(sequence_length)
+    check_vocabulary(vocabulary)
+    check_sequence_length(sequence_length)
     task_encoder(model)
     (output,) = task.outputs
     content = _to_tflite(
@@ -207,14 +191,7 @@ def write_text_embedder(model, vocabulary, sequence_length, task, path, cache_di
         content, vocabulary, [EMBEDDING_OUTPUT_NAME], path, cache_dir,
         name=f"kbert {task.name}", description=f"kbert {task.name} model: WordPiece text in, one vector out",
     )
-    contract = read_contract(path, cache_dir)
-    width = int(model.output.shape[-1])
-    problems = input_problems(contract, vocabulary, sequence_length) + output_problems(
-        contract, width, EMBEDDING_OUTPUT_NAME
-    )
-    if problems:
-        raise ValueError(f"{path} breaks the TextEmbedder contract:\n- " + "\n- ".join(problems))
-    return contract
+    return check_embedder_contract(path, vocabulary, sequence_length, int(model.output.shape[-1]), cache_dir)
 
 
 def embed(path, texts, cache_dir=None):
@@ -283,8 +260,8 @@ def write_text_classifier(model, vocabulary, labels, sequence_length, paths, tas
     unknown = sorted(set(paths) - set(RUNTIMES))
     if unknown or not paths:
         raise ValueError(f"paths for runtimes {sorted(paths)}; expected some of {list(RUNTIMES)}")
-    _check_vocabulary(vocabulary)
-    _check_labels(labels, model.output.shape[-1])
+    check_vocabulary(vocabulary)
+    check_labels(labels, model.output.shape[-1])
     content = probability_tflite(model, sequence_length, task)
     contracts = {}
     for runtime, path in paths.items():
@@ -303,14 +280,13 @@ def probability_tflite(model, sequence_length, task):
     the one `kbert export` converts, which reads the variables as float32 (so
     a model trained under mixed precision exports in float32 too).
     """
-    _check_sequence_length(sequence_length)
+    check_sequence_length(sequence_length)
     task_encoder(model)  # a ValueError for a model that is not a kbert task model
     return _to_tflite(
         lambda features: tf.nn.softmax(model_outputs(task, model, features, target="tflite")["logits"], -1),
         sequence_length,
         tracked=model,
     )
-
 
 
 def classify(path, texts, runtime="mediapipe", cache_dir=None):
@@ -344,10 +320,10 @@ def mediapipe_token_ids(vocabulary, sequence_length, texts, cache_dir=None):
         inputs: `token_ids`, `segment_ids`, `padding_mask`.
     """
     texts = list(texts)
-    _check_vocabulary(vocabulary)
+    check_vocabulary(vocabulary)
     if len(vocabulary) >= 2**24:
         raise ValueError(f"{len(vocabulary)} tokens; the probe is exact below 2**24 ids")
-    _check_sequence_length(sequence_length)
+    check_sequence_length(sequence_length)
     labels = [str(i) for i in range(len(ENCODER_INPUTS) * sequence_length)]
     with tempfile.TemporaryDirectory(prefix="kbert-probe-") as tmp:
         path = os.path.join(tmp, "probe.tflite")
@@ -446,34 +422,6 @@ def _metadata_tensor_names(content):
 def _echo(features):
     """The probe's forward pass: its three inputs, as float32, side by side."""
     return tf.concat([tf.cast(features[name], tf.float32) for name in ENCODER_INPUTS], axis=1)
-
-
-def _check_sequence_length(sequence_length):
-    if not isinstance(sequence_length, int) or sequence_length < 2:
-        raise ValueError(
-            f"sequence_length={sequence_length!r}; expected an int >= 2 ([CLS] and [SEP])"
-        )
-
-
-def _check_vocabulary(vocabulary):
-    if not vocabulary or vocabulary[0] != PAD_TOKEN:
-        raise ValueError(
-            f"vocabulary starts with {list(vocabulary[:1])}; MediaPipe pads with id 0, "
-            f"so id 0 must be {PAD_TOKEN!r}"
-        )
-    missing = [t for t in ("[UNK]", "[CLS]", "[SEP]") if t not in vocabulary]
-    if missing:
-        raise ValueError(f"vocabulary lacks {missing}, which MediaPipe's BERT tokenizer uses")
-
-
-def _check_labels(labels, num_classes):
-    if len(labels) != num_classes:
-        raise ValueError(f"{len(labels)} labels for a model of {num_classes} classes")
-    bad = [label for label in labels if not label or "\n" in label or "\r" in label]
-    if bad:
-        raise ValueError(f"labels {bad!r} cannot be written one per line")
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"labels {list(labels)} repeat a name; the runtimes match scores by name")
 
 
 def _write_text(path, text):

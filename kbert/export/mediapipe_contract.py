@@ -1,10 +1,29 @@
-"""What MediaPipe's `TextClassifier` (and the TFLite Task Library) require of a
-`.tflite` file, read back from the file and checked point by point.
+"""What MediaPipe's `TextClassifier` and `TextEmbedder` (and the TFLite Task
+Library) require of a `.tflite` file, read back from the file and checked point by point.
 
-The points are the table of `kbert.export.mediapipe`'s docstring; the
-writers there and the on-device question answerer and token classifier
-(`kbert.export.question_answerer`, `kbert.export.token_classifier`) read
-their files back with `read_contract`.
+MediaPipe (and the TFLite Task Library's `BertNLClassifier`) tokenize the text
+themselves and feed a BERT model whose file carries the vocabulary and labels in
+its metadata. What the classifier's runtime relies on, and what `check_contract` tests:
+
+| point | why |
+| --- | --- |
+| one subgraph | the task runs subgraph 0 |
+| three int32 inputs of shape `[1, L]`, `L` fixed | an input of dynamic length crashes MediaPipe on texts longer than `L` |
+| metadata names `ids`, `mask`, `segment_ids` on the right tensors | the runtime finds its inputs by these names; a wrong mapping runs without error and gives wrong scores |
+| one float32 output `[1, N]` holding probabilities | the runtime reports the output as scores, applying no softmax |
+| labels packed in output order | category `i` is named by line `i` |
+| `[PAD]` is id 0 in the packed vocabulary | the runtime pads with id 0 |
+| output metadata named `score` (MediaPipe) or `probability` (Task Library) | `BertNLClassifier` 0.4.4 looks the output up by the name `probability`, and crashes (SIGSEGV) on MediaPipe's `score`; MediaPipe runs either |
+
+A `TextEmbedder` file keeps the inputs' rows (and the vocabulary's) and has one
+float32 output `[1, hidden]`, the text's vector (pooling and normalisation in
+the model), named `embedding` in the metadata (`check_embedder_contract`).
+
+The writers (`kbert.export.mediapipe`) check what they are given with
+`check_vocabulary`, `check_labels` and `check_sequence_length`, and what they
+wrote with the contract's checks; the on-device question answerer and token
+classifier (`kbert.export.question_answerer`, `kbert.export.token_classifier`)
+read their files back with `read_contract`.
 """
 
 import os
@@ -23,6 +42,8 @@ from kbert.export.mediapipe_worker import LABELS_NAME, VOCAB_NAME
 METADATA_INPUT_NAMES = {"token_ids": "ids", "padding_mask": "mask", "segment_ids": "segment_ids"}
 # The output's metadata name each runtime's writer gives (see the table above).
 OUTPUT_METADATA_NAMES = {"mediapipe": "score", "task_library": "probability"}
+# The metadata name of a TextEmbedder file's output.
+EMBEDDING_OUTPUT_NAME = "embedding"
 RUNTIMES = tuple(OUTPUT_METADATA_NAMES)
 # The runtimes pad with id 0, so the vocabulary must hold [PAD] there.
 PAD_TOKEN = "[PAD]"
@@ -50,6 +71,22 @@ def check_contract(path, vocabulary, labels, sequence_length, runtime="mediapipe
         problems = probability_problems(path, len(vocabulary), sequence_length)
     if problems:
         raise ValueError(f"{path} breaks the {runtime} contract:\n- " + "\n- ".join(problems))
+    return contract
+
+
+def check_embedder_contract(path, vocabulary, sequence_length, width, cache_dir=None):
+    """Reads `path` back and raises `ValueError` listing what breaks `TextEmbedder`'s
+    rules: the BERT text input, and one float32 `[1, width]` output named `embedding`.
+
+    Returns:
+        dict. `read_contract(path)`.
+    """
+    contract = read_contract(path, cache_dir)
+    problems = input_problems(contract, vocabulary, sequence_length) + output_problems(
+        contract, width, EMBEDDING_OUTPUT_NAME
+    )
+    if problems:
+        raise ValueError(f"{path} breaks the TextEmbedder contract:\n- " + "\n- ".join(problems))
     return contract
 
 
@@ -123,6 +160,37 @@ def output_problems(contract, width, metadata_name, runtime="mediapipe"):
                 f"{runtime} expects {metadata_name!r}"
             )
     return problems
+
+
+def check_sequence_length(sequence_length):
+    """`ValueError` unless `sequence_length` is a fixed `L` that holds [CLS] and [SEP]."""
+    if not isinstance(sequence_length, int) or sequence_length < 2:
+        raise ValueError(
+            f"sequence_length={sequence_length!r}; expected an int >= 2 ([CLS] and [SEP])"
+        )
+
+
+def check_vocabulary(vocabulary):
+    """`ValueError` unless `vocabulary` is one MediaPipe's BERT tokenizer can pack and pad with."""
+    if not vocabulary or vocabulary[0] != PAD_TOKEN:
+        raise ValueError(
+            f"vocabulary starts with {list(vocabulary[:1])}; MediaPipe pads with id 0, "
+            f"so id 0 must be {PAD_TOKEN!r}"
+        )
+    missing = [t for t in ("[UNK]", "[CLS]", "[SEP]") if t not in vocabulary]
+    if missing:
+        raise ValueError(f"vocabulary lacks {missing}, which MediaPipe's BERT tokenizer uses")
+
+
+def check_labels(labels, num_classes):
+    """`ValueError` unless `labels` name the `num_classes` outputs, each packable as one line."""
+    if len(labels) != num_classes:
+        raise ValueError(f"{len(labels)} labels for a model of {num_classes} classes")
+    bad = [label for label in labels if not label or "\n" in label or "\r" in label]
+    if bad:
+        raise ValueError(f"labels {bad!r} cannot be written one per line")
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"labels {list(labels)} repeat a name; the runtimes match scores by name")
 
 
 def probability_problems(path, vocab_size, sequence_length):

@@ -6,7 +6,7 @@ and `TextEmbedder` (`kbert.export.mediapipe`), the TFLite Task Library's
 `BertQuestionAnswerer` (`kbert.export.question_answerer`), and token
 classifiers run by the LiteRT interpreter (`kbert.export.token_classifier`).
 This module sits above the three, which share `kbert.export.mediapipe`'s
-metadata and contract helpers.
+metadata writers and `kbert.export.mediapipe_contract`'s checks.
 """
 
 from kbert.export import mediapipe, question_answerer, token_classifier

@@ -75,7 +75,7 @@ def export_bert_question_answerer(folder, out, examples, reference, cache_dir=No
             f"BertQuestionAnswerer feeds {SEQUENCE_LENGTH} positions; the model has "
             f"max_position_embeddings={folder.config.max_position_embeddings}"
         )
-    mediapipe._check_vocabulary(folder.vocabulary)
+    mediapipe_contract.check_vocabulary(folder.vocabulary)
     os.makedirs(out)
     mediapipe_env.ensure_environments([mediapipe_env.MEDIAPIPE, mediapipe_env.TFLITE_SUPPORT], cache_dir)
     path = os.path.join(out, FILE)

@@ -52,8 +52,8 @@ def export_token_classifier(folder, out, examples, reference, cache_dir=None):
         `input`, `runtime`, `max_abs_diff`, `predictions`, `latency`, `contract`.
     """
     task = folder.task
-    mediapipe._check_vocabulary(folder.vocabulary)
-    mediapipe._check_labels(task.tags, len(task.tags))
+    mediapipe_contract.check_vocabulary(folder.vocabulary)
+    mediapipe_contract.check_labels(task.tags, len(task.tags))
     os.makedirs(out)
     mediapipe_env.ensure_environment(mediapipe_env.MEDIAPIPE, cache_dir)
     encoded = task.encode(examples, targets=False)

@@ -2,11 +2,12 @@
 
 What an artefact must reproduce, and how much a quantized one may lose, is
 the task's to say (`Task.agreement`, `Task.judge`); this module times the
-artefacts and writes `report.json` and `report.md`. `machine()` names the
-machine a timing came from, for this report and for every benchmark in
-tools/benchmarks/.
+artefacts, has the task judge each against the Keras model (`KerasReference`),
+and writes `report.json` and `report.md`. `machine()` names the machine a
+timing came from, for this report and for every benchmark in tools/benchmarks/.
 """
 
+import dataclasses
 import json
 import os
 import platform
@@ -93,6 +94,81 @@ def interleaved_latency(calls, runs, warmup=WARMUP_RUNS):
         }
         for name, values in times.items()
     }
+
+
+# === Judging ===
+
+
+@dataclasses.dataclass
+class KerasReference:
+    """The float32 Keras model on an export's examples, which every artefact is held to.
+
+    `outputs` and `predictions` are the model's on `examples` (`encoded`,
+    `one` its first row); `keras` is its report entry, filled by the exporter.
+    `artefact` and `judge` turn an artefact's outputs into its report entry,
+    judged by the task (`Task.agreement`, `Task.judge`), and log a line.
+    Paths in entries are relative to `staging`, the export folder.
+    """
+
+    task: object
+    examples: list
+    encoded: object
+    one: dict
+    outputs: dict
+    predictions: list
+    staging: str
+    latency_runs: int
+    tf_threads: int
+    log: object
+    keras: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def features(self):
+        return self.encoded.features
+
+    def figures(self, outputs=None, predictions=None):
+        """The task's summary figures of `predictions` (or of `outputs`, decoded)."""
+        if predictions is None:
+            predictions = self.task.decode(self.examples, self.encoded, outputs)
+        metrics = self.task.evaluate(self.examples, predictions)
+        return {k: v for k, v in self.task.summary(metrics).items() if k != "n"}
+
+    def judged(self, outputs=None, predictions=None):
+        """The task's figures and how the predictions agree with the Keras model's."""
+        if predictions is None:
+            predictions = self.task.decode(self.examples, self.encoded, outputs)
+        return {**self.figures(predictions=predictions), **self.task.prediction_agreement(predictions, self.predictions)}
+
+    def artefact(self, path, fmt, quantization, input_kind, outputs, latency, **extra):
+        """The judged report entry of the artefact at `path` whose outputs are `outputs`."""
+        return self.judge({
+            "path": os.path.relpath(path, self.staging),
+            "format": fmt,
+            "quantization": quantization,
+            "input": input_kind,
+            **self.task.agreement(outputs, self.outputs),
+            **self.judged(outputs),
+            "latency": latency,
+            **extra,
+        })
+
+    def judge(self, entry):
+        """`entry` with its size, judged by the task against the Keras figures; logs a line."""
+        entry["size_bytes"] = _size(os.path.join(self.staging, entry["path"]))
+        result = self.task.judge(entry, self.keras)
+        self.log(
+            f"{entry['path']}: max abs diff {entry['max_abs_diff']:.2e}, {self.task.metric} "
+            f"{entry[self.task.metric]:.4f}, {entry['latency']['median_ms']:.2f} ms"
+        )
+        return result
+
+
+def _size(path):
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(
+        os.path.getsize(os.path.join(root, file)) for root, _, files in os.walk(path) for file in files
+    )
 
 
 # === Report ===
