@@ -39,6 +39,9 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from kbert.config import BertConfig  # noqa: E402
 from kbert.models import bert_classifier, bert_encoder, bert_pair_regressor, bert_regressor  # noqa: E402
+from kbert.tasks.classification import classification_metrics  # noqa: E402
+from kbert.tasks.text_pair_classification import POSITIVE_LABEL  # noqa: E402
+from kbert.tasks.text_pair_regression import regression_metrics  # noqa: E402
 from kbert.training.optimizers import (  # noqa: E402
     DEFAULT_EPSILON, DEFAULT_GLOBAL_CLIPNORM, DEFAULT_WEIGHT_DECAY, NO_DECAY, WarmupPolynomialDecay,
 )
@@ -223,24 +226,19 @@ def dev_outputs(trainer, state, dev):
 
 
 def gpu_figures(outputs, targets, info):
-    """Quick figures per seed (the report rescores with each task's `evaluate`)."""
+    """Each seed's figures by the tasks' own metric functions (TensorFlow-free); the
+    report rescores the outputs with each task's `evaluate`."""
     targets = np.asarray(targets)
+    labels = info["settings"].get("labels")
     figures = []
     for seed_outputs in outputs:
-        if "labels" in info["settings"]:
-            predicted = seed_outputs.argmax(-1)
-            labels = range(seed_outputs.shape[-1])
-            f1s = []
-            for label in labels:
-                tp = np.sum((predicted == label) & (targets == label))
-                fp, fn = np.sum((predicted == label) & (targets != label)), np.sum((predicted != label) & (targets == label))
-                f1s.append(2 * tp / max(2 * tp + fp + fn, 1))
-            figure = {"accuracy": float(np.mean(predicted == targets)), "macro_f1": float(np.mean(f1s))}
-            if "1" in info["settings"]["labels"]:
-                figure["f1"] = float(f1s[info["settings"]["labels"].index("1")])
+        if labels:
+            metrics = classification_metrics(targets, seed_outputs.argmax(-1), labels)
+            figure = {name: metrics[name] for name in ("accuracy", "macro_f1")}
+            if POSITIVE_LABEL in labels:
+                figure["f1"] = metrics["per_class_f1"][POSITIVE_LABEL]
         else:
-            ranks = [np.argsort(np.argsort(v)) for v in (seed_outputs[:, 0], targets.reshape(-1))]
-            figure = {"spearman": float(np.corrcoef(*ranks)[0, 1])}
+            figure = {"spearman": regression_metrics(targets.reshape(-1), seed_outputs[:, 0])["spearman"]}
         figures.append(figure)
     return figures
 
