@@ -159,25 +159,26 @@ class TaskModel(keras.Model):
 
     def predict(self, x, batch_size=64, **kwargs):
         """The network's outputs for raw inputs, in their order (a dict if several)."""
-        encoded = self.task.encode(self.examples(x), targets=False)
-        outputs = self.task.run(self.network, encoded.features, batch_size)
+        _, _, outputs = self._run(self.examples(x), batch_size)
         return outputs[self.task.outputs[0]] if len(self.task.outputs) == 1 else outputs
 
     # === The task's answers ===
 
     def predict_labels(self, x, batch_size=64):
         """What `kbert predict` prints for each input: a label and its scores, or a score."""
-        examples = self.examples(x)
-        encoded = self.task.encode(examples, targets=False)
-        outputs = self.task.run(self.network, encoded.features, batch_size)
+        examples, encoded, outputs = self._run(self.examples(x), batch_size)
         return self.task.predict_json(examples, self.task.decode(examples, encoded, outputs))
 
     def figures(self, x, y, batch_size=64):
         """The task's figures (`kbert evaluate`'s): accuracy and F1s, or Spearman and Pearson."""
-        examples = self.examples(x, y)
-        encoded = self.task.encode(examples)
-        outputs = self.task.run(self.network, encoded.features, batch_size)
+        examples, encoded, outputs = self._run(self.examples(x, y), batch_size, targets=True)
         return self.task.evaluate(examples, self.task.decode(examples, encoded, outputs))
+
+    def _run(self, examples, batch_size, targets=False):
+        """`(examples, encoded, outputs)`: the network run on `examples`, in their order;
+        with `targets`, a label the model does not know is refused naming its line."""
+        encoded = self.task.encode(examples, targets=targets)
+        return examples, encoded, self.task.run(self.network, encoded.features, batch_size)
 
     def save_folder(self, out, metrics=None, overwrite=False):
         """Writes a kbert model folder (`kbert evaluate`, `predict`, `export` take it)."""
