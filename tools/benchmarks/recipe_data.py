@@ -198,7 +198,7 @@ def main():
             arrays.update({f"{key}.keras-hub.{name}": value for name, value in hub.items()})
         manifest["tasks"][key] = {"task": task_name, "settings": settings, "keras_hub": peer,
                                   "train": len(encoded["train.targets"]),
-                                  "dev": len(encoded["dev.targets"])}
+                                  "dev": len(encoded["dev.targets"]), "dev_file": dev}
         print(json.dumps({key: manifest["tasks"][key]["train"]}), flush=True)
 
     specials = [tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id]

@@ -50,15 +50,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="runs/gpu-recipes", help="recipe_data.py's folder")
     parser.add_argument("--sweep", default="runs/gpu-recipes-out", help="gpu_recipes.py's --out")
-    parser.add_argument("--shared", default=os.path.join("..", "shared", "data"))
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     from kbert.checkpoints import load_hf_checkpoint
     from kbert.tasks import get_task
     from kbert.text import WordPieceTokenizer
-
-    sys_path_insert()
-    import recipe_data
 
     with open(os.path.join(args.data, "recipes_data.json"), encoding="utf-8") as f:
         manifest = json.load(f)
@@ -69,9 +65,7 @@ def main():
     tasks, examples = {}, {}
     for key, info in manifest["tasks"].items():
         task_class = get_task(info["task"])
-        dev = (os.path.join(args.data, "debian-groups", "dev.csv") if key == "debian-groups"
-               else os.path.join(args.shared, recipe_data.TASKS[key][2]))
-        examples[key] = task_class.read(dev, task_class.resolve_options({}))
+        examples[key] = task_class.read(info["dev_file"], task_class.resolve_options({}))
         tasks[key] = task_class(tokenizer, manifest["sequence_length"], **info["settings"])
 
     rows = []
@@ -84,14 +78,15 @@ def main():
             dev = examples[key][: outputs.shape[1]]
             per_seed = [score(tasks[key], dev, seed_outputs) for seed_outputs in outputs]
             rows.append({**{k: run[k] for k in ("data", "impl", "task", "epochs", "learning_rate")},
-                         "seconds": run["seconds"], "per_seed": per_seed})
+                         "seconds": run["seconds"], "per_seed": per_seed,
+                         "ranks": [rank_value(run["task"], figures) for figures in per_seed]})
     report = {"device": sweep["device"], "seeds": sweep["seeds"], "candidates": [], "chosen": {}}
     for row in rows:
         figures = {name: mean_error([s[name] for s in row["per_seed"]])
                    for name in RANKED_BY[row["task"]]}
-        report["candidates"].append({**{k: v for k, v in row.items() if k != "per_seed"},
+        report["candidates"].append({**{k: v for k, v in row.items() if k not in ("per_seed", "ranks")},
                                      "figures": {n: [round(m, 4), round(e, 4)] for n, (m, e) in figures.items()},
-                                     "rank": round(statistics.fmean(m for m, _ in figures.values()), 4)})
+                                     "rank": round(statistics.fmean(row["ranks"]), 4)})
     for key in manifest["tasks"]:
         for impl in ("kbert", "keras-hub"):
             mine = [r for r in rows if r["data"] == key and r["impl"] == impl]
@@ -100,12 +95,11 @@ def main():
             recipe = get_task(mine[0]["task"]).recipe
             default = [r for r in mine if r["epochs"] == recipe.epochs
                        and math.isclose(r["learning_rate"], recipe.learning_rate)]
-            best = max(mine, key=lambda r: statistics.fmean(rank_value(r["task"], s) for s in r["per_seed"]))
+            best = max(mine, key=lambda r: statistics.fmean(r["ranks"]))
             entry = {"best": [best["epochs"], best["learning_rate"]],
-                     "best_rank": round(statistics.fmean(rank_value(best["task"], s) for s in best["per_seed"]), 4)}
+                     "best_rank": round(statistics.fmean(best["ranks"]), 4)}
             if default and impl == "kbert":
-                gains = [rank_value(best["task"], b) - rank_value(best["task"], d)
-                         for b, d in zip(best["per_seed"], default[0]["per_seed"])]
+                gains = [b - d for b, d in zip(best["ranks"], default[0]["ranks"])]
                 gain, error = mean_error(gains)
                 entry.update(default=[recipe.epochs, recipe.learning_rate],
                              paired_gain_over_default=[round(gain, 4), round(error, 4)],
@@ -128,12 +122,6 @@ def markdown(report):
             cells = [f"{m:.4f} ± {e:.4f}" for m, e in c["figures"].values()]
             lines.append(f"| {c['impl']} | {c['epochs']} | {c['learning_rate']:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def sys_path_insert():
-    import sys
-
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 if __name__ == "__main__":
