@@ -108,3 +108,17 @@ def test_trainer_learns_per_seed_on_kbert_schedule():
     first, last = report["losses"][0], report["losses"][-1]
     assert all(b < a for a, b in zip(first, last)), report["losses"]
     assert all(figures["accuracy"] == 1.0 for figures in report["accuracy"]), report["accuracy"]
+
+
+def test_group_split_is_the_same_in_every_process(tmp_path):
+    """Python hashes strings differently in each process; the split must not follow it."""
+    script = ("import sys; sys.path.insert(0, sys.argv[1]); import recipe_data; "
+              "recipe_data.group_split(sys.argv[2], sys.argv[3])")
+    train = os.path.join(ROOT, "data", "debian-packages", "train.csv")
+    held = []
+    for hash_seed in ("1", "2"):
+        out = tmp_path / hash_seed
+        subprocess.run([sys.executable, "-c", script, os.path.join(ROOT, "tools", "benchmarks"), train, str(out)],
+                       check=True, env={**os.environ, "PYTHONHASHSEED": hash_seed})
+        held.append((out / "dev.csv").read_bytes())
+    assert held[0] == held[1]

@@ -87,7 +87,10 @@ def group_split(train_csv, out_folder, seed=0):
     members = collections.defaultdict(list)
     for index, group in enumerate(groups):
         members[group].append(index)
-    order = sorted(members)
+    # Groups in the order of their first row: a group's id (its union-find
+    # root) depends on the order shingles come out of a set, which changes
+    # with Python's string hashing from one process to the next.
+    order = sorted(members, key=lambda group: members[group][0])
     random.Random(seed).shuffle(order)
     held, target = set(), GROUP_DEV_SHARE * len(rows)
     for group in order:
