@@ -25,6 +25,7 @@ from kbert.tasks.distillation import (
     SpanDistillationLoss,
 )
 from kbert.tasks.question_answering import PADDING_LOGIT
+from kbert.training.batching import batched_dataset
 from kbert.training.distill import build_student, distill, kept_layers, teacher_targets, unlabelled_examples
 from tests.model_harness import tiny_inputs
 from tests.task_harness import load_tool, minilm_vocabulary, write_task_folder
@@ -458,7 +459,7 @@ def test_unlabelled_texts_carry_the_teachers_outputs_alone(classifier, corpus):
     expected = teacher.outputs(encoded.features)["logits"]
     np.testing.assert_allclose(targets[TEACHER], expected, atol=OUTPUT_TOLERANCE)
     # Bucketed batches carry the weights with their rows.
-    dataset, steps = task.batched_dataset(encoded, 8, seed=0)
+    dataset, steps = batched_dataset(task, encoded, 8, seed=0)
     batches = list(dataset)
     weights = np.concatenate([batch[1][HARD_WEIGHT].numpy() for batch in batches])
     assert len(batches) == steps and len(weights) == len(encoded) and weights.sum() == len(train)

@@ -11,6 +11,7 @@ import tensorflow as tf
 from kbert import BertConfig, bert_classifier
 from kbert.export import options, verify
 from kbert.export.graph import GRAPH_TOLERANCE, model_outputs
+from kbert.export.serving import serving_class, serving_for
 from kbert.export.savedmodel import serving_float
 from kbert.tasks import TASKS
 from tests.model_harness import tiny_inputs
@@ -70,20 +71,20 @@ def test_judge_budgets():
     task = classifier_task()
     keras_figures = {"accuracy": 0.9}
     float_entry = {"quantization": "none", "max_abs_diff": 2e-4, "accuracy": 0.9}
-    assert not task.judge(float_entry, keras_figures)["passed"]
-    assert task.judge({**float_entry, "max_abs_diff": 5e-5}, keras_figures)["passed"]
+    assert not serving_for(task).judge(float_entry, keras_figures)["passed"]
+    assert serving_for(task).judge({**float_entry, "max_abs_diff": 5e-5}, keras_figures)["passed"]
     # fp16 may lose 0.1 point, int8 and 16x8 half a point.
-    assert task.judge({"quantization": "fp16", "max_abs_diff": 0.01, "accuracy": 0.8995}, keras_figures)["passed"]
-    assert not task.judge({"quantization": "fp16", "max_abs_diff": 0.01, "accuracy": 0.898}, keras_figures)["passed"]
-    entry = task.judge({"quantization": "int8", "max_abs_diff": 0.3, "accuracy": 0.894}, keras_figures)
+    assert serving_for(task).judge({"quantization": "fp16", "max_abs_diff": 0.01, "accuracy": 0.8995}, keras_figures)["passed"]
+    assert not serving_for(task).judge({"quantization": "fp16", "max_abs_diff": 0.01, "accuracy": 0.898}, keras_figures)["passed"]
+    entry = serving_for(task).judge({"quantization": "int8", "max_abs_diff": 0.3, "accuracy": 0.894}, keras_figures)
     assert not entry["passed"] and entry["metric_drop"] == pytest.approx(0.6)
     assert entry["budget"] == "accuracy drop <= 0.5 points"
-    assert task.judge({"quantization": "16x8", "max_abs_diff": 0.3, "accuracy": 0.91}, keras_figures)["passed"]
+    assert serving_for(task).judge({"quantization": "16x8", "max_abs_diff": 0.3, "accuracy": 0.91}, keras_figures)["passed"]
     # A regressor is judged by Spearman's rho, in its own units.
     regressor = task_instance("text-pair-regression", {})
-    entry = regressor.judge({"quantization": "dynamic", "max_abs_diff": 0.1, "spearman": 0.844}, {"spearman": 0.85})
+    entry = serving_for(regressor).judge({"quantization": "dynamic", "max_abs_diff": 0.1, "spearman": 0.844}, {"spearman": 0.85})
     assert not entry["passed"] and entry["metric_drop"] == pytest.approx(0.006)
-    assert regressor.judge({"quantization": "dynamic", "max_abs_diff": 0.1, "spearman": 0.846}, {"spearman": 0.85})["passed"]
+    assert serving_for(regressor).judge({"quantization": "dynamic", "max_abs_diff": 0.1, "spearman": 0.846}, {"spearman": 0.85})["passed"]
 
 
 def test_latency_and_agreement():
@@ -91,7 +92,7 @@ def test_latency_and_agreement():
     assert latency["runs"] == 50 and 0 <= latency["median_ms"] <= latency["p90_ms"]
     task = classifier_task()
     logits = {"logits": np.array([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0]])}
-    agreement = task.agreement(logits, logits)
+    agreement = serving_for(task).agreement(logits, logits)
     assert agreement == {"max_abs_diff": 0.0, "top1_agreement": 1.0}
     examples = [{"texts": ("a",), "target": "c0", "line": 2}, {"texts": ("b",), "target": "c2", "line": 3}]
     assert task.evaluate(examples, task.decode(examples, None, logits))["accuracy"] == 0.5
@@ -255,10 +256,10 @@ def test_every_on_device_kind_a_task_names_has_a_writer():
     """`kbert export --formats mediapipe` finds a writer for each task that names an on-device kind."""
     from kbert.export import on_device
 
-    kinds = {task.mediapipe for task in TASKS.values() if task.mediapipe}
+    kinds = {serving_class(task).on_device for task in TASKS.values() if serving_class(task).on_device}
     assert kinds == set(on_device.EXPORTERS)
     for name, task in TASKS.items():
-        assert ("mediapipe" in options.task_formats(task)) == bool(task.mediapipe), name
+        assert ("mediapipe" in options.task_formats(task)) == bool(serving_class(task).on_device), name
 
 
 def test_on_device_export_refuses_a_task_without_a_file(tmp_path):

@@ -31,7 +31,9 @@ from tokenizers import BertWordPieceTokenizer
 
 from kbert import BertConfig
 from kbert.cli import main
+from kbert.export.serving import serving_for
 from kbert.tasks import squad, squad_eval, squad_text
+from kbert.training.batching import eval_dataset, train_dataset
 from tests.task_harness import load_tool, task_instance, write_task_folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -289,10 +291,11 @@ def test_piece_offsets_are_hugging_faces(lowercase):
 
 
 def test_training_rows_are_streamed_and_counted(cmrc_path):
-    """The streamed rows are encode's trainable rows, in batches of the announced count."""
+    """The streamed rows are encode's learned rows, in batches of the announced count;
+    validation holds the same rows."""
     task = qa_task(version_2=False, sequence_length=128, doc_stride=64)
     examples = task.read(cmrc_path)[:60]
-    dataset, batches = task.train_dataset(examples, batch_size=8, seed=1)
+    dataset, batches = train_dataset(task, examples, batch_size=8, seed=1)
     seen = []
     for features, targets in dataset:
         for i in range(len(targets["start_logits"])):
@@ -309,7 +312,7 @@ def test_training_rows_are_streamed_and_counted(cmrc_path):
     assert sorted(seen) == sorted(expected) and len(list(dataset)) == batches
     assert task.train_figures["train_rows"] == len(expected)
     # Neither pipeline runs tf.data's autotuning thread (kbert.text.datasets).
-    validation = task.eval_dataset(encoded, 8)
+    validation = eval_dataset(task, encoded, 8)
     assert not dataset.options().autotune.enabled and not validation.options().autotune.enabled
     assert sum(len(targets["start_logits"]) for _, targets in validation) == len(expected)
 
@@ -353,13 +356,13 @@ def test_serving_graph_answers_as_kbert_predict(version_2, settings, cmrc_path):
     task = qa_task(version_2=version_2, **settings)
     examples = task.read(NORMANS if version_2 else cmrc_path)[::3]
     encoded = task.encode(examples, targets=False)
-    features = task.serving_features({name: tf.constant([e[name] for e in examples]) for name in task.text_inputs})
+    features = serving_for(task).features({name: tf.constant([e[name] for e in examples]) for name in task.text_inputs})
     for name in encoded.features:
         np.testing.assert_array_equal(features[name].numpy(), encoded.features[name])
     rng = np.random.default_rng(1)
     outputs = {n: rng.normal(0, 2, encoded.features["token_ids"].shape).astype("float32") for n in task.outputs}
-    served = {k: v.numpy() for k, v in task.serving_outputs(features, outputs).items()}
-    agreement = task.prediction_agreement(task.decode(examples, encoded, served), task.decode(examples, encoded, outputs))
+    served = {k: v.numpy() for k, v in serving_for(task).outputs(features, outputs).items()}
+    agreement = serving_for(task).prediction_agreement(task.decode(examples, encoded, served), task.decode(examples, encoded, outputs))
     assert agreement["answer_agreement"] == 1.0 and agreement["max_abs_score_diff"] < 1e-5
 
 

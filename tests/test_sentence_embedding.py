@@ -21,6 +21,7 @@ import scipy.stats
 from kbert import BertConfig
 from kbert.checkpoints import load_pretrained, save_hf_checkpoint
 from kbert.cli import main
+from kbert.export.serving import serving_for
 from kbert.modelfolder import ModelFolder, open_model
 from kbert.search import build_index, index_model, load_index, read_corpus, search
 from kbert.tasks import TASKS
@@ -376,17 +377,17 @@ def test_search_refuses_another_model_and_bad_files(index, tmp_path, capsys):
 def test_quantized_artefacts_keep_spearman_and_the_vectors_direction():
     task = task_instance("sentence-embedding", {})
     keras = {"spearman": 0.80}
-    ok = task.judge({"quantization": "dynamic", "spearman": 0.797, "mean_cosine": 0.99}, keras)
+    ok = serving_for(task).judge({"quantization": "dynamic", "spearman": 0.797, "mean_cosine": 0.99}, keras)
     assert ok["passed"] and ok["metric_drop"] == pytest.approx(0.003)
-    lost = task.judge({"quantization": "dynamic", "spearman": 0.79, "mean_cosine": 0.99}, keras)
+    lost = serving_for(task).judge({"quantization": "dynamic", "spearman": 0.79, "mean_cosine": 0.99}, keras)
     assert not lost["passed"]
     # Every vector's sign flipped: cosines between pairs, hence Spearman, unchanged.
-    flipped = task.judge({"quantization": "16x8", "spearman": 0.80, "mean_cosine": -0.99}, keras)
+    flipped = serving_for(task).judge({"quantization": "16x8", "spearman": 0.80, "mean_cosine": -0.99}, keras)
     assert not flipped["passed"] and "mean_cosine >= 0.95" in flipped["budget"]
     vectors = np.random.default_rng(0).normal(size=(4, 8))
-    agreement = task.agreement({"embedding": -vectors}, {"embedding": vectors})
+    agreement = serving_for(task).agreement({"embedding": -vectors}, {"embedding": vectors})
     assert agreement["mean_cosine"] == pytest.approx(-1.0) and agreement["min_cosine"] == pytest.approx(-1.0)
-    assert not task.judge({"quantization": "none", **agreement}, keras)["passed"]
+    assert not serving_for(task).judge({"quantization": "none", **agreement}, keras)["passed"]
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,13 @@ import tensorflow as tf
 
 from kbert.cli import main
 from kbert.export.graph import GRAPH_TOLERANCE, model_outputs
+from kbert.export.serving import serving_for
 from kbert.modelfolder import ModelFolder
 from kbert.tasks import TASKS
 from kbert.tasks.classification import classification_metrics
+from kbert.tasks.inference import batches_by_length
 from kbert.tasks.text_pair_regression import rank, regression_metrics
+from kbert.training.batching import eval_dataset, train_dataset
 from tests.model_harness import tiny_inputs
 from tests.task_harness import task_instance, write_task_folder
 from tests.test_export_units import TINY
@@ -157,10 +160,10 @@ def test_run_in_length_batches_gives_each_rows_own_output():
     full = model.predict(encoded.features, batch_size=64, verbose=0)
     outputs = task.run(model, encoded.features, batch_size=16)
     np.testing.assert_allclose(outputs["score"], full, atol=1e-5)
-    widths = [width for _, width in task.batches_by_length(encoded.features, 16)]
+    widths = [width for _, width in batches_by_length(encoded.features, 16, task.sequence_length)]
     assert widths == sorted(widths) and widths[0] == 32 and widths[-1] == 64
     seen = []
-    validation = task.eval_dataset(encoded, 16)
+    validation = eval_dataset(task, encoded, 16)
     assert not validation.options().autotune.enabled
     for features, targets in validation:
         used = features["padding_mask"].numpy().sum(axis=1)
@@ -174,8 +177,7 @@ def test_run_in_length_batches_gives_each_rows_own_output():
 def test_training_buckets_are_as_wide_as_a_step_compiles():
     """Under XLA (and JAX), where each width compiles a step of its own, training
     batches pad to a multiple of 32 tokens; on TensorFlow without it, of 16."""
-    from kbert.tasks import training_bucket_width
-    from kbert.tasks.base import BUCKET_WIDTH, FINE_BUCKET_WIDTH
+    from kbert.training.batching import BUCKET_WIDTH, FINE_BUCKET_WIDTH, training_bucket_width
 
     assert (BUCKET_WIDTH, FINE_BUCKET_WIDTH) == (32, 16)
     assert training_bucket_width(jit_compile=True) == BUCKET_WIDTH
@@ -192,7 +194,7 @@ def test_training_batches_are_padded_to_their_bucket(width):
     pairs = TASKS["text-pair-regression"].read(os.path.join(STSB, "dev.tsv"))[:150]
     examples = [dict(e, target=float(row)) for row, e in enumerate(pairs)]  # names its row
     lengths = task.encode(examples).features["padding_mask"].sum(axis=1)
-    dataset, batches = task.train_dataset(examples, 16, seed=3, epochs=2, bucket_width=width)
+    dataset, batches = train_dataset(task, examples, 16, seed=3, epochs=2, bucket_width=width)
     # Without tf.data's autotuning thread, which can stall `fit` as it frees
     # the iterator (kbert.text.datasets).
     assert not dataset.options().autotune.enabled
@@ -317,7 +319,7 @@ def test_tflite_packing_equals_the_packer(mrpc_dev, name):
     assert (expected["padding_mask"][:, -1] == 1).sum() >= 10
     for row, example in enumerate(examples):
         ids = [task.tokenizer(tf.constant(text)) for text in example["texts"]]
-        packed = task.tflite_text_features(ids)
+        packed = serving_for(task).tflite_text_features(ids)
         for name, value in packed.items():
             np.testing.assert_array_equal(value.numpy()[0], expected[name][row], err_msg=name)
 

@@ -19,7 +19,9 @@ from kbert.cli import main
 from kbert.modelfolder import ModelFolder
 from kbert.tasks import TASKS
 from kbert.tasks.tagging import chunks, entity_metrics, joined_tag, split_tags
+from kbert.tasks.inference import batches_by_length
 from kbert.tasks.token_classification import IGNORED, word_offsets
+from kbert.training.batching import eval_dataset
 from tests.task_harness import minilm_vocabulary, task_instance, write_task_folder
 from tests.test_export_units import TINY
 
@@ -172,9 +174,9 @@ def test_batches_by_length_give_the_full_length_logits(dev):
     tokens = encoded.features["padding_mask"] == 1
     np.testing.assert_array_equal(outputs["compared"], tokens)
     np.testing.assert_allclose(outputs["logits"][tokens], full[tokens], atol=1e-5)
-    widths = [width for _, width in task.batches_by_length(encoded.features, 16)]
+    widths = [width for _, width in batches_by_length(encoded.features, 16, task.sequence_length)]
     assert widths == sorted(widths) and widths[0] == 32 and widths[-1] == 64
-    rows, dataset = 0, task.eval_dataset(encoded, 16)
+    rows, dataset = 0, eval_dataset(task, encoded, 16)
     assert int(dataset.cardinality()) == len(widths)
     for features, targets in dataset:
         assert features["token_ids"].shape == targets.shape and targets.shape[1] in (32, 64)

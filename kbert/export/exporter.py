@@ -15,7 +15,7 @@ Output folder (written aside under a temporary name, renamed at the end):
 | `.kbert-manifest.json` | the files kbert wrote: what `--overwrite` may replace (`kbert.fileio`) |
 
 Every artefact runs on the same examples as the Keras model; the task says
-what it must reproduce and what a quantized one may lose (`Task.judge`).
+what it must reproduce and what a quantized one may lose (`Serving.judge`, `kbert.export.serving`).
 """
 
 import os
@@ -39,6 +39,7 @@ from kbert.export.options import (
     parse_names,
     task_formats,
 )
+from kbert.export.serving import serving_for
 from kbert.fileio import check_distinct, check_output_folder, staged_folder
 from kbert.modelfolder import open_model
 from kbert.text import save_vocab
@@ -155,7 +156,7 @@ def export_model(
 def _plan(task, formats, quantizations, log):
     """The `(format, quantization)` steps to run: those the task has and supports.
 
-    A step the task cannot convert (`Task.tflite_unsupported`) is logged and
+    A step the task cannot convert (`Serving.tflite_unsupported`) is logged and
     skipped; `ValueError` if no step is left.
     """
     available = task_formats(task)
@@ -165,7 +166,7 @@ def _plan(task, formats, quantizations, log):
         raise ValueError(
             f"task {task.name!r} has no {missing[0]} export; it exports to {', '.join(available)}"
         )
-    unsupported = {("tflite", q): why for q, why in task.tflite_unsupported().items()}
+    unsupported = {("tflite", q): why for q, why in serving_for(task).tflite_unsupported().items()}
     plan = [(f, q) for f in formats for q in quantizations if q in SUPPORTED[f]]
     skipped = [step for step in plan if step in unsupported]
     plan = [step for step in plan if step not in unsupported]
@@ -225,7 +226,7 @@ def _export(folder, staging, scratch, name, plan, examples, calibration_set, thr
     tflite_quantizations = [q for f, q in plan if f == "tflite"]
     if tflite_quantizations:
         entries += _write_tflite(reference, folder, tflite_quantizations, calibration_set, scratch, threads)
-        if "none" in tflite_quantizations and folder.task.tflite_text_variant:
+        if "none" in tflite_quantizations and serving_for(folder.task).tflite_text_variant:
             entries += _write_tflite_text(reference, folder, scratch, threads)
     if "mediapipe" in formats:
         entries += _write_mediapipe(reference, folder, cache_dir)
@@ -253,7 +254,7 @@ def _keras_reference(folder, examples, staging, latency_runs, log):
     if model is not folder.model:
         trained = task.run(folder.model, encoded.features, BATCH_SIZE)
         keras_figures["as_trained"] = {
-            "compute_dtype": folder.compute_dtype, **task.agreement(trained, outputs), **reference.figures(trained)
+            "compute_dtype": folder.compute_dtype, **serving_for(task).agreement(trained, outputs), **reference.figures(trained)
         }
     return reference
 
@@ -261,7 +262,7 @@ def _keras_reference(folder, examples, staging, latency_runs, log):
 def _write_client_files(folder, staging):
     """What a client of the token models needs: `vocab.txt` and the task's files."""
     save_vocab(folder.vocabulary, os.path.join(staging, savedmodel.VOCAB_ASSET))
-    for file_name, content in folder.task.serving_assets().items():
+    for file_name, content in serving_for(folder.task).assets().items():
         with open(os.path.join(staging, file_name), "w", encoding="utf-8") as f:
             f.write(content)
 
@@ -277,7 +278,7 @@ def _verify_savedmodel(reference, name, version_dir, loaded):
     def call_text(strings):
         return text_fn(**{k: tf.constant(v) for k, v in strings.items()})
 
-    text_outputs = task.serving_text_outputs(call_text, examples, BATCH_SIZE)
+    text_outputs = serving_for(task).text_outputs(call_text, examples, BATCH_SIZE)
     token_outputs = _in_batches(
         lambda batch: tokens_fn(**{k: tf.constant(v) for k, v in batch.items()}), reference.features
     )
@@ -285,11 +286,11 @@ def _verify_savedmodel(reference, name, version_dir, loaded):
         text_fn(**{k: tf.make_ndarray(v) for k, v in request.inputs.items()})
     one_tensors = {k: tf.constant(v) for k, v in reference.one.items()}
     latency = _latency(lambda: tokens_fn(**one_tensors), reference.latency_runs, reference.tf_threads)
-    first = {k: v[:1] for k, v in task.serving_strings(examples[:1]).items()}
+    first = {k: v[:1] for k, v in serving_for(task).strings(examples[:1]).items()}
     text_latency = _latency(lambda: call_text(first), reference.latency_runs, reference.tf_threads)
     entry = reference.artefact(
         version_dir, "savedmodel", "none", "text", text_outputs, latency,
-        max_abs_diff_tokens=task.agreement(token_outputs, reference.outputs)["max_abs_diff"],
+        max_abs_diff_tokens=serving_for(task).agreement(token_outputs, reference.outputs)["max_abs_diff"],
         text_latency=text_latency,
         signatures=[savedmodel.TEXT_SIGNATURE, savedmodel.TOKENS_SIGNATURE],
     )
@@ -364,17 +365,17 @@ def _write_tflite_text(reference, folder, scratch, threads):
     path = os.path.join(reference.staging, "tflite", "model_text.tflite")
     tflite.write_bytes(path, model_bytes)
     runner = tflite.TfliteRunner(path, threads, text=True)
-    first = {k: v[:1] for k, v in task.serving_strings(examples[:1]).items()}
+    first = {k: v[:1] for k, v in serving_for(task).strings(examples[:1]).items()}
     latency = _latency(lambda: runner.run_text(first), reference.latency_runs, threads)
-    outputs = task.serving_text_outputs(runner.run_text, examples, 1)
+    outputs = serving_for(task).text_outputs(runner.run_text, examples, 1)
     # Held to Keras where its tokenizer gives kbert's word pieces (when
     # the strings are the outputs' rows); the others are counted.
-    differ = tflite.text_token_differences(folder, task.serving_strings(examples))
+    differ = tflite.text_token_differences(folder, serving_for(task).strings(examples))
     rows = len(reference.outputs[task.outputs[0]])
     agree = ~differ if len(differ) == rows else np.ones(rows, bool)
     return [reference.artefact(
         path, "tflite", "none", "text", outputs, latency,
-        **task.agreement({k: v[agree] for k, v in outputs.items()}, {k: v[agree] for k, v in reference.outputs.items()}),
+        **serving_for(task).agreement({k: v[agree] for k, v in outputs.items()}, {k: v[agree] for k, v in reference.outputs.items()}),
         texts_whose_token_ids_differ=int(differ.sum()),
         ops=ops, tokenizer="tf-text FastBertTokenizer",
     )]

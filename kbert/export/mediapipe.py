@@ -1,7 +1,7 @@
 """`.tflite` files that MediaPipe's `TextClassifier` and `TextEmbedder` run on raw text.
 
 `kbert export` writes them into `OUT/mediapipe/` for tasks whose
-`Task.mediapipe` is "text_classifier" or "text_embedder"
+`Serving.on_device` (`kbert.export.serving`) is "text_classifier" or "text_embedder"
 (`kbert.export.on_device`), and verifies them with MediaPipe itself; what each
 file must be, and its checks, are `kbert.export.mediapipe_contract`'s.
 
@@ -30,6 +30,7 @@ from kbert.export.mediapipe_contract import (
     check_labels, check_sequence_length, check_vocabulary,
 )
 from kbert.export.mediapipe_worker import LABELS_NAME, VOCAB_NAME
+from kbert.export.serving import serving_for
 from kbert.fileio import write_file
 
 # The export's subfolder, and file names in it and in the Android app's assets.
@@ -72,7 +73,7 @@ def export_text_classifier(folder, out, examples, reference, cache_dir=None, tas
     """
     task = folder.task
     (input_name,) = task.text_inputs
-    texts = task.serving_strings(examples)[input_name]
+    texts = serving_for(task).strings(examples)[input_name]
     os.makedirs(out)
     paths = {"mediapipe": os.path.join(out, MEDIAPIPE_FILE)}
     if task_library:
@@ -83,7 +84,7 @@ def export_text_classifier(folder, out, examples, reference, cache_dir=None, tas
         folder.model, folder.vocabulary, task.labels, folder.sequence_length, paths, task, cache_dir
     )
     _write_text(os.path.join(out, LABELS_FILE), "".join(f"{label}\n" for label in task.labels))
-    keras_probs = task.scores(reference)
+    keras_probs = serving_for(task).scores(reference)
     tokenization, ids_differ = compare_tokenizers(folder, examples, texts, cache_dir)
     entries = []
     for runtime, path in paths.items():
@@ -133,7 +134,7 @@ def export_text_embedder(folder, out, examples, reference, cache_dir=None):
         folder: `kbert.modelfolder.ModelFolder` of a task whose `mediapipe` is
             "text_embedder": one text input, one output, the text's vector.
         out: str. A new folder.
-        examples: the task's examples; `task.serving_strings` gives one text
+        examples: the task's examples; `Serving.strings` gives one text
             per row of `task.encode`.
         reference: dict. The float32 Keras model's outputs on `examples`.
         cache_dir: str. Where MediaPipe's environment lives.
@@ -147,7 +148,7 @@ def export_text_embedder(folder, out, examples, reference, cache_dir=None):
     task = folder.task
     (input_name,) = task.text_inputs
     (output,) = task.outputs
-    texts = task.serving_strings(examples)[input_name]
+    texts = serving_for(task).strings(examples)[input_name]
     os.makedirs(out)
     path = os.path.join(out, EMBEDDER_FILE)
     contract = write_text_embedder(folder.model, folder.vocabulary, folder.sequence_length, task, path, cache_dir)
@@ -158,8 +159,8 @@ def export_text_embedder(folder, out, examples, reference, cache_dir=None):
     encoded = task.encode(examples, targets=False)
     return [{
         **_runtime_entry(path, "mediapipe", contract, times, tokenization),
-        **task.agreement({output: vectors[agree]}, {output: expected[agree]}),
-        "min_cosine_all_texts": task.agreement({output: vectors}, {output: expected}).get("min_cosine"),
+        **serving_for(task).agreement({output: vectors[agree]}, {output: expected[agree]}),
+        "min_cosine_all_texts": serving_for(task).agreement({output: vectors}, {output: expected}).get("min_cosine"),
         "predictions": task.decode(examples, encoded, {output: vectors}),
     }]
 

@@ -1,4 +1,4 @@
-"""The on-device files of a task: the writer its `Task.mediapipe` kind names.
+"""The on-device files of a task: the writer its `Serving.on_device` kind names.
 
 Each writer writes its files into a new folder, runs them with the runtime
 that serves them, and returns report entries: MediaPipe's `TextClassifier`
@@ -10,6 +10,7 @@ metadata writers and `kbert.export.mediapipe_contract`'s checks.
 """
 
 from kbert.export import mediapipe, question_answerer, token_classifier
+from kbert.export.serving import serving_for
 
 EXPORTERS = {
     "text_classifier": mediapipe.export_text_classifier,
@@ -23,7 +24,7 @@ def export_for_task(folder, out, examples, reference, cache_dir=None):
     """Writes the on-device files of the task's kind into `out`, and runs them.
 
     Args:
-        folder: `kbert.modelfolder.ModelFolder` whose `task.mediapipe` is one
+        folder: `kbert.modelfolder.ModelFolder` whose `serving_for(task).on_device` is one
             of `EXPORTERS`.
         out: str. A new folder.
         examples: the task's examples to run the runtimes on.
@@ -35,7 +36,7 @@ def export_for_task(folder, out, examples, reference, cache_dir=None):
         `quantization`, `input`, `max_abs_diff`, `predictions` (in the task's
         prediction format, for its metrics), `latency`, and what the kind adds.
     """
-    kind = folder.task.mediapipe
+    kind = serving_for(folder.task).on_device
     if kind not in EXPORTERS:
         raise ValueError(
             f"task {folder.task.name!r} has no MediaPipe file; kinds: {', '.join(EXPORTERS)}"

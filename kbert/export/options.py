@@ -14,7 +14,7 @@ SUPPORTED = {
     "mediapipe": ("none",),
 }
 # The formats every task exports to; "mediapipe" only for tasks that name
-# the MediaPipe task that runs them (`Task.mediapipe`).
+# the MediaPipe task that runs them (`Serving.on_device`).
 COMMON_FORMATS = ("savedmodel", "tflite", "onnx")
 REPORT_FILE = "report.json"
 # The quantizations calibrated on example inputs (training texts).
@@ -47,8 +47,11 @@ def parse_names(value, known, what):
 
 
 def task_formats(task):
-    """The formats `task` exports to, in `FORMATS` order."""
-    return tuple(f for f in FORMATS if f in COMMON_FORMATS or (f == "mediapipe" and task.mediapipe))
+    """The formats `task` (a task or a task class) exports to, in `FORMATS` order."""
+    from kbert.export.serving import serving_class
+
+    on_device = serving_class(task if isinstance(task, type) else type(task)).on_device
+    return tuple(f for f in FORMATS if f in COMMON_FORMATS or (f == "mediapipe" and on_device))
 
 
 def is_export_folder(path):

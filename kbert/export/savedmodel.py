@@ -13,7 +13,7 @@ Signatures:
 
 | name | inputs | outputs |
 | --- | --- | --- |
-| `serving_default` | the task's string inputs (`text`; `sentence1`, `sentence2`; ...), `(batch,)` | the task's (`Task.serving_outputs`): a classifier's `scores`, `label`, `logits` |
+| `serving_default` | the task's string inputs (`text`; `sentence1`, `sentence2`; ...), `(batch,)` | the task's (`Serving.outputs`, `kbert.export.serving`): a classifier's `scores`, `label`, `logits` |
 | `serve_tokens` | `token_ids`, `segment_ids`, `padding_mask`: int32 `(batch, length)` | the same |
 
 The tokenizer is made of TensorFlow and tf-text ops; the TF Serving model
@@ -30,6 +30,7 @@ import tensorflow as tf
 
 from kbert.config import ENCODER_INPUTS
 from kbert.export.graph import model_outputs
+from kbert.export.serving import serving_for
 from kbert.text import save_vocab
 
 SERVING_VERSION = 1
@@ -60,10 +61,10 @@ class ServingModule(tf.Module):
         self.asset_files = {name: tf.saved_model.Asset(path) for name, path in assets.items()}
 
         def outputs(features):
-            return task.serving_outputs(features, model_outputs(task, model, features))
+            return serving_for(task).outputs(features, model_outputs(task, model, features))
 
         def serve_text(*strings):
-            return outputs(task.serving_features(dict(zip(task.text_inputs, strings))))
+            return outputs(serving_for(task).features(dict(zip(task.text_inputs, strings))))
 
         self.serve_text = tf.function(
             serve_text,
@@ -92,7 +93,7 @@ def export_savedmodel(folder, out, name, warmup_examples, scratch):
     """
     assets = {VOCAB_ASSET: os.path.join(scratch, VOCAB_ASSET)}
     save_vocab(folder.vocabulary, assets[VOCAB_ASSET])
-    for file_name, content in folder.task.serving_assets().items():
+    for file_name, content in serving_for(folder.task).assets().items():
         assets[file_name] = os.path.join(scratch, file_name)
         with open(assets[file_name], "w", encoding="utf-8") as f:
             f.write(content)

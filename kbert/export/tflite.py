@@ -17,7 +17,7 @@ model's variables, quantization-friendly op forms; the task's outputs), which
 The text variant takes the task's raw strings (one of each, batch 1): tf-text's
 `FastBertTokenizer` (`FastBertNormalize` and `FastWordpieceTokenizeWithOffsets`,
 tf-text's TFLite custom ops) then the task's packing in builtin ops
-(`Task.tflite_text_features`). Its normaliser folds
+(`Serving.tflite_text_features`). Its normaliser folds
 compatibility characters (`²` -> `2`, `ﬂ` -> `fl`, Greek final `ς` -> `σ`)
 that Hugging Face's BERT normaliser keeps, so its ids can differ from
 `kbert.text.WordPieceTokenizer`'s on such text; the report counts the
@@ -38,6 +38,7 @@ import tensorflow as tf
 from kbert.config import ENCODER_INPUTS
 from kbert.export.graph import FEED_FORWARD_OUTPUT, model_outputs
 from kbert.export.options import CALIBRATED, DEFAULT_THREADS, SUPPORTED
+from kbert.export.serving import serving_for
 
 TFLITE_QUANTIZATIONS = SUPPORTED["tflite"]
 # The int8 recipe, applied with Google's AI Edge Quantizer to the float
@@ -180,7 +181,7 @@ def write_text_source(folder, out):
     def serve(*strings):
         # Batch 1: one string per input, tokenized, packed with builtin ops.
         ids = [wordpiece.tokenize(text).flat_values for text in strings]
-        features = task.tflite_text_features(ids)
+        features = serving_for(task).tflite_text_features(ids)
         return model_outputs(task, model, features, target="tflite")
 
     archive = keras.export.ExportArchive()
@@ -210,7 +211,7 @@ def text_token_differences(folder, strings):
 
     Args:
         folder: `kbert.modelfolder.ModelFolder`.
-        strings: dict input name -> list of str (`Task.serving_strings`).
+        strings: dict input name -> list of str (`Serving.strings`).
 
     Returns:
         bool array, one per row of `strings`: True where any of its strings differs.

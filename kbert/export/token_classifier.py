@@ -26,6 +26,7 @@ import tempfile
 from kbert.config import ENCODER_INPUTS
 from kbert.export import mediapipe, mediapipe_contract, mediapipe_env, tflite, verify
 from kbert.export.options import DEFAULT_LATENCY_RUNS, DEFAULT_THREADS
+from kbert.export.serving import serving_for
 from kbert.fileio import write_file
 
 FILES = {
@@ -77,7 +78,7 @@ def export_token_classifier(folder, out, examples, reference, cache_dir=None):
                 "quantization": quantization,
                 "input": "tokens",
                 "runtime": "litert",
-                **task.agreement(outputs, reference),
+                **serving_for(task).agreement(outputs, reference),
                 "predictions": task.decode(examples, encoded, outputs),
                 "latency": latency,
                 "contract": contract,

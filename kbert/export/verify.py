@@ -1,7 +1,7 @@
 """Latency, and the report that holds each exported artefact to the Keras model.
 
 What an artefact must reproduce, and how much a quantized one may lose, is
-the task's to say (`Task.agreement`, `Task.judge`); this module times the
+the task's to say (`Serving.agreement`, `Serving.judge`, `kbert.export.serving`); this module times the
 artefacts, has the task judge each against the Keras model (`KerasReference`),
 and writes `report.json` and `report.md`. `machine()` names the machine a
 timing came from, for this report and for every benchmark in tools/benchmarks/.
@@ -15,6 +15,7 @@ import statistics
 import time
 
 from kbert.export.options import DEFAULT_LATENCY_RUNS
+from kbert.export.serving import serving_for
 from kbert.hardware import cpu_bfloat16, cpuinfo_field
 
 WARMUP_RUNS = 5
@@ -106,7 +107,7 @@ class KerasReference:
     `outputs` and `predictions` are the model's on `examples` (`encoded`,
     `one` its first row); `keras` is its report entry, filled by the exporter.
     `artefact` and `judge` turn an artefact's outputs into its report entry,
-    judged by the task (`Task.agreement`, `Task.judge`), and log a line.
+    judged by the task (`Serving.agreement`, `Serving.judge`, `kbert.export.serving`), and log a line.
     Paths in entries are relative to `staging`, the export folder.
     """
 
@@ -137,7 +138,7 @@ class KerasReference:
         """The task's figures and how the predictions agree with the Keras model's."""
         if predictions is None:
             predictions = self.task.decode(self.examples, self.encoded, outputs)
-        return {**self.figures(predictions=predictions), **self.task.prediction_agreement(predictions, self.predictions)}
+        return {**self.figures(predictions=predictions), **serving_for(self.task).prediction_agreement(predictions, self.predictions)}
 
     def artefact(self, path, fmt, quantization, input_kind, outputs, latency, **extra):
         """The judged report entry of the artefact at `path` whose outputs are `outputs`."""
@@ -146,7 +147,7 @@ class KerasReference:
             "format": fmt,
             "quantization": quantization,
             "input": input_kind,
-            **self.task.agreement(outputs, self.outputs),
+            **serving_for(self.task).agreement(outputs, self.outputs),
             **self.judged(outputs),
             "latency": latency,
             **extra,
@@ -155,7 +156,7 @@ class KerasReference:
     def judge(self, entry):
         """`entry` with its size, judged by the task against the Keras figures; logs a line."""
         entry["size_bytes"] = _size(os.path.join(self.staging, entry["path"]))
-        result = self.task.judge(entry, self.keras)
+        result = serving_for(self.task).judge(entry, self.keras)
         self.log(
             f"{entry['path']}: max abs diff {entry['max_abs_diff']:.2e}, {self.task.metric} "
             f"{entry[self.task.metric]:.4f}, {entry['latency']['median_ms']:.2f} ms"

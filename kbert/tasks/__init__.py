@@ -3,7 +3,7 @@
 Adding a task is one module, its tests, and one line in `TASKS`.
 """
 
-from kbert.tasks.base import Encoded, Option, Task, training_bucket_width
+from kbert.tasks.base import Encoded, Option, Rows, Task
 from kbert.tasks.question_answering import QuestionAnswering
 from kbert.tasks.sentence_embedding import SentenceEmbedding
 from kbert.tasks.text_classification import TextClassification
@@ -27,8 +27,7 @@ DEFAULT_TASK = TextClassification.name
 EMBEDDING_TASK = SentenceEmbedding.name
 
 __all__ = [
-    "DEFAULT_TASK", "EMBEDDING_TASK", "TASKS", "Encoded", "Option", "Task", "get_task",
-    "training_bucket_width",
+    "DEFAULT_TASK", "EMBEDDING_TASK", "TASKS", "Encoded", "Option", "Rows", "Task", "get_task",
 ]
 
 

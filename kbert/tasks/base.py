@@ -29,20 +29,8 @@ import dataclasses
 import numpy as np
 
 from kbert.config import ENCODER_INPUTS
-from kbert.tabular import read_table
+from kbert.tasks import inference
 
-# Batches of rows of similar length are padded to a multiple of this many
-# tokens (`Task.batches_by_length`, and training under XLA or JAX): few
-# shapes to compile, little padding wasted.
-BUCKET_WIDTH = 32
-# Training batches on TensorFlow without XLA, where a new width costs no
-# compile, hold rows of similar length padded to a multiple of this: the
-# encoder blocks skip the padding but in attention's scores, whose cost
-# grows with the square of the width.
-FINE_BUCKET_WIDTH = 16
-# Epoch e of a run with seed s is shuffled with the seed STRIDE * s + e, so
-# epochs and seeds never share a shuffle.
-EPOCH_SEED_STRIDE = 1_000_003
 # Examples tokenized per call of the preprocessor in `encode`.
 ENCODE_CHUNK = 1024
 # A float32 artefact computes what Keras computes in another order: outputs
@@ -78,12 +66,16 @@ class Encoded:
         example_of_row: int `(rows,)`: the example each row comes from (tasks
             that window long inputs have several rows per example).
         extra: what the task's `decode` needs besides (offsets, windows).
+        learned: bool `(rows,)`: the rows a model learns from (training and
+            validation), or None for all (question answering leaves out
+            the windows of questions whose answer cannot be found).
     """
 
     features: dict
     targets: object = None
     example_of_row: np.ndarray = None
     extra: object = None
+    learned: np.ndarray = None
 
     def __post_init__(self):
         if self.example_of_row is None:
@@ -91,6 +83,23 @@ class Encoded:
 
     def __len__(self):
         return len(self.example_of_row)
+
+
+@dataclasses.dataclass
+class Rows:
+    """Training rows made one at a time (`Task.training_rows`), for sets too big to hold packed.
+
+    Attributes:
+        lengths: int `(rows,)`. Each row's used length.
+        row: callable(int) -> `(features, targets)`: the row's int32 1-D
+            arrays named `ENCODER_INPUTS`, and a dict of int32 scalars
+            named `targets`.
+        targets: the names of the targets.
+    """
+
+    lengths: np.ndarray
+    row: object
+    targets: tuple
 
 
 class Task:
@@ -120,11 +129,6 @@ class Task:
     metric = None
     metric_scale = 1.0
     budgets = {}
-    # The MediaPipe task that runs this model (`kbert.export.mediapipe`), if any.
-    mediapipe = None
-    # Whether the export has a string-in TFLite variant (`tflite_text_features`):
-    # one row per example, packed with builtin ops.
-    tflite_text_variant = True
     # False for a task that needs no training (sentence embeddings): `kbert
     # finetune` refuses it, and the other commands build it on a pretrained
     # checkpoint with `--task` (`pretrained_settings`,
@@ -215,112 +219,14 @@ class Task:
         """`Encoded` rows for `examples`."""
         raise NotImplementedError
 
-    def train_dataset(self, examples, batch_size, seed=0, epochs=1, first_epoch=0,
-                      bucket_width=None):
-        """Shuffled training batches for epochs `first_epoch` .. `epochs - 1`.
-
-        Each epoch is shuffled by a seed of its own, derived from `seed` and
-        the epoch's number, so a run resumed at epoch k sees the batches an
-        uninterrupted run sees from epoch k on. Each batch is padded to its
-        longest row; with a `bucket_width` (`training_bucket_width`), rows of
-        similar length are batched together and padded to a multiple of it.
-
-        Returns:
-            `(dataset, batches_per_epoch)`. The count is exact (with buckets,
-            each gives ceil(size / batch_size) batches whatever the shuffle);
-            fit with `steps_per_epoch=batches_per_epoch`.
-        """
-        return self.batched_dataset(
-            self.encode(examples), batch_size, seed, epochs, first_epoch, bucket_width
-        )
-
-    def batched_dataset(self, encoded, batch_size, seed=0, epochs=1, first_epoch=0,
-                        bucket_width=None):
-        """`train_dataset`'s batches of rows already encoded, with any targets.
-
-        Args:
-            encoded: `Encoded`. Its `targets` may be any structure of arrays
-                with one row each (`kbert distill` adds the teacher's
-                outputs); if the task `reads_sequence`, each row's targets
-                with an axis of their own are cut and padded along it as
-                the row's tokens are.
-            batch_size, seed, epochs, first_epoch, bucket_width: as for
-                `train_dataset`.
-        """
-        import tensorflow as tf
-
-        lengths = encoded.features["padding_mask"].sum(axis=1)
-        padding = tf.nest.map_structure(
-            lambda target: tf.constant(self.target_padding, tf.as_dtype(target.dtype)),
-            encoded.targets,
-        )
-
-        def trim(features, target):
-            used = tf.reduce_sum(features["padding_mask"])
-            cut = {key: value[:used] for key, value in features.items()}
-            if self.reads_sequence:
-                target = tf.nest.map_structure(lambda t: t[:used] if t.shape.rank else t, target)
-            return cut, target
-
-        rows = tf.data.Dataset.from_tensor_slices((encoded.features, encoded.targets))
-
-        def epoch(index):
-            ds = rows.shuffle(len(encoded), seed=EPOCH_SEED_STRIDE * seed + index)
-            return ds.map(trim, num_parallel_calls=tf.data.AUTOTUNE)
-
-        return epoch_batches(
-            epoch, lengths, batch_size, self.sequence_length, padding, epochs, first_epoch, bucket_width
-        )
+    def training_rows(self, examples):
+        """The rows a model trains on: `Encoded` (default: `encode`'s), or `Rows`
+        made one at a time for sets too big to hold packed
+        (`kbert.training.batching` batches either)."""
+        return self.encode(examples)
 
     # What pads per-token targets in padded batches (ignored by the loss).
     target_padding = 0
-
-    def batches_by_length(self, features, batch_size):
-        """Row indices in batches of similar length, each with its width: its longest
-        row rounded up to `BUCKET_WIDTH`.
-
-        Padding every batch to `sequence_length` would make short inputs
-        (CoNLL's sentences: median 16 pieces; Debian's descriptions at 256:
-        median 88) cost as much as the longest.
-        """
-        lengths = np.maximum(np.asarray(features["padding_mask"]).sum(axis=1), 1)
-        order = np.argsort(lengths, kind="stable")
-        for begin in range(0, len(order), batch_size):
-            index = order[begin : begin + batch_size]
-            width = -(-int(lengths[index].max()) // BUCKET_WIDTH) * BUCKET_WIDTH
-            yield index, min(self.sequence_length, width)
-
-    def eval_dataset(self, encoded, batch_size):
-        """`encoded` with its targets as `(features, targets)` batches of similar
-        length, each cut to its width (`batches_by_length`), targets with a
-        sequence axis too if the task `reads_sequence`: for metrics that add up
-        over batches (`fit`'s validation), not in the rows' order.
-        """
-        import tensorflow as tf
-
-        from kbert.text.datasets import without_autotune
-
-        batches = list(self.batches_by_length(encoded.features, batch_size))
-
-        def cut(index, width):
-            features = {name: encoded.features[name][index, :width] for name in ENCODER_INPUTS}
-            targets = tf.nest.map_structure(
-                lambda t: t[index, :width] if self.reads_sequence and t.ndim > 1 else t[index],
-                encoded.targets,
-            )
-            return features, targets
-
-        row_spec = tf.TensorSpec([None, None], tf.int32)
-        target_spec = tf.nest.map_structure(
-            lambda t: tf.TensorSpec((None,) * t.ndim, tf.as_dtype(t.dtype)), cut(*batches[0])[1]
-        )
-        ds = tf.data.Dataset.from_generator(
-            lambda: (cut(index, width) for index, width in batches),
-            output_signature=({name: row_spec for name in ENCODER_INPUTS}, target_spec),
-        )
-        # A known count: Keras warns of data running out on a dataset of unknown size.
-        ds = ds.apply(tf.data.experimental.assert_cardinality(len(batches)))
-        return without_autotune(ds.prefetch(tf.data.AUTOTUNE))
 
     # === Model ===
 
@@ -388,48 +294,16 @@ class Task:
     # === Inference ===
 
     def run(self, model, features, batch_size=64):
-        """`model`'s outputs on int32 `features`, a dict keyed by `outputs`.
+        """`model`'s outputs on int32 `features`, a dict keyed by `outputs`
+        (`kbert.tasks.inference`): rows in batches of similar length, or at
+        their full length if the task `reads_sequence`.
 
         Raises `ValueError` if the model gives NaN or infinity (a diverged or
         corrupt model), rather than passing them on to be printed.
         """
-        rows = len(features[ENCODER_INPUTS[0]])
-        if not rows:
-            raise ValueError("no examples to run the model on")
-        if not self.reads_sequence:
-            return check_finite(self.run_by_length(model, features, batch_size))
-        # Outputs along the sequence: every row at the full length, in order.
-        result = model.predict(
-            {name: features[name] for name in ENCODER_INPUTS}, batch_size=batch_size, verbose=0
-        )
-        return check_finite(self._output_dict(result))
-
-    def run_by_length(self, model, features, batch_size=64):
-        """`model`'s outputs of one row each (no sequence axis), dict keyed by
-        `outputs`: rows in batches of similar length, each cut to its width
-        (`batches_by_length`), put back in the rows' order.
-
-        `predict_on_batch` rather than `predict`, whose ~0.1 s of set-up per
-        call is most of a single query's time.
-        """
-        chunks, order = [], []
-        for index, width in self.batches_by_length(features, batch_size):
-            batch = {name: np.asarray(features[name])[index, :width] for name in ENCODER_INPUTS}
-            chunks.append(self._output_dict(model.predict_on_batch(batch)))
-            order.append(index)
-        order = np.concatenate(order)
-        outputs = {}
-        for name in self.outputs:
-            values = np.concatenate([np.asarray(chunk[name]) for chunk in chunks])
-            outputs[name] = np.empty_like(values)
-            outputs[name][order] = values
-        return outputs
-
-    def _output_dict(self, result):
-        """A model's outputs (a dict, a list or one array) as a dict keyed by `outputs`."""
-        if isinstance(result, dict):
-            return result
-        return dict(zip(self.outputs, result if isinstance(result, (list, tuple)) else [result]))
+        if self.reads_sequence:
+            return inference.run_full_length(model, features, self.outputs, batch_size)
+        return inference.run_by_length(model, features, self.outputs, self.sequence_length, batch_size)
 
     def decode(self, examples, encoded, outputs):
         """One prediction per example from the outputs of `encoded`'s rows."""
@@ -458,273 +332,8 @@ class Task:
         """The scalar figures of `evaluate` worth a line in a log."""
         return {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
 
-    # === Export ===
-
-    def serving_features(self, strings):
-        """Encoder inputs from the `text_inputs` string tensors (TensorFlow ops)."""
-        return self.preprocessor(tuple(strings[name] for name in self.text_inputs))
-
-    def serving_outputs(self, features, outputs):
-        """The SavedModel signatures' outputs from the head's outputs.
-
-        They must include each of `outputs` (rows first, any trailing shape):
-        ONNX and the verification read them back by those names.
-        """
-        return dict(outputs)
-
-    def serving_assets(self):
-        """Files shipped in the SavedModel's `assets/` for clients: name -> text."""
-        return {}
+    # === Serving ===
 
     def serving_request(self, example):
-        """One instance of `serving_default`: input name -> str."""
+        """One instance of `serving_default` and of `kbert predict`'s JSON: input name -> str."""
         raise NotImplementedError
-
-    def serving_strings(self, examples):
-        """The string inputs of `examples` for a text signature: name -> list of str."""
-        requests = [self.serving_request(example) for example in examples]
-        return {name: [request[name] for request in requests] for name in self.text_inputs}
-
-    def serving_text_outputs(self, call, examples, batch_size):
-        """Runs a string-input artefact on `examples`; outputs aligned with `encode`'s rows.
-
-        Args:
-            call: callable(dict name -> list of str) -> dict of outputs.
-            examples: the task's examples.
-            batch_size: int. Strings (of each input) per call.
-
-        Returns:
-            dict keyed by `outputs`, one row per string of `serving_strings`.
-            Tasks whose rows are not their examples either override this or
-            give one string per row in `serving_strings`.
-        """
-        strings = self.serving_strings(examples)
-        rows = len(next(iter(strings.values())))
-        chunks = []
-        for start in range(0, rows, batch_size):
-            result = call({name: values[start : start + batch_size] for name, values in strings.items()})
-            chunks.append({name: np.asarray(result[name]) for name in self.outputs})
-        return {name: np.concatenate([chunk[name] for chunk in chunks]) for name in self.outputs}
-
-    def tflite_text_features(self, ids):
-        """Encoder inputs `(1, sequence_length)` of the TFLite text variant.
-
-        Args:
-            ids: list of int32 1-D tensors, the WordPiece ids of each of
-                `text_inputs` (tf-text's tokenizer), for one example.
-
-        Only TFLite builtin ops (see `kbert.text.packer.pack_one`).
-        """
-        raise NotImplementedError
-
-    def tflite_unsupported(self):
-        """TFLite quantizations this model's graph cannot take: name -> why (the
-        exporter skips them). Default: none."""
-        return {}
-
-    def scores(self, outputs):
-        """The numbers a float32 artefact must reproduce within `FLOAT_TOLERANCE`."""
-        return np.concatenate([np.asarray(outputs[n], np.float32).reshape(len(outputs[n]), -1)
-                               for n in self.outputs], axis=1)
-
-    def agreement(self, outputs, reference):
-        """How an artefact's outputs agree with the Keras model's: a JSON dict."""
-        return {"max_abs_diff": float(np.abs(self.scores(outputs) - self.scores(reference)).max())}
-
-    def prediction_agreement(self, predictions, reference):
-        """How an artefact's predictions (`decode`'s) agree with the Keras model's.
-
-        For tasks whose answer is more than their outputs (spans chosen
-        across windows); a JSON dict, default empty.
-        """
-        return {}
-
-    def judge(self, entry, reference_figures):
-        """Sets `entry["budget"]` and `entry["passed"]`.
-
-        A float32 artefact must agree within `FLOAT_TOLERANCE`; a quantized one
-        may lose at most `budgets[quantization]` of `metric`.
-        """
-        quantization = entry["quantization"]
-        if quantization == "none":
-            entry["budget"] = f"max_abs_diff <= {FLOAT_TOLERANCE:g}"
-            entry["passed"] = entry["max_abs_diff"] <= FLOAT_TOLERANCE
-            return entry
-        budget = self.budgets[quantization]
-        drop = reference_figures[self.metric] - entry[self.metric]
-        entry["metric_drop"] = round(self.metric_scale * drop, 6)
-        unit = " points" if self.metric_scale == 100 else ""
-        entry["budget"] = f"{self.metric} drop <= {self.metric_scale * budget:g}{unit}"
-        entry["passed"] = drop <= budget + 1e-9
-        return entry
-
-
-def training_bucket_width(jit_compile=False):
-    """The length buckets of training batches: `FINE_BUCKET_WIDTH` where a
-    new width is free (TensorFlow without XLA), `BUCKET_WIDTH` where each
-    compiles a step of its own (XLA, and JAX, which always compiles).
-
-    Without XLA the encoder blocks train over the real tokens alone
-    (`kbert.models.train_on_real_tokens`), so only attention's scores pay
-    for padding, and they pay for its square: batches drawn at random pad
-    Debian's descriptions (89 pieces on average, a quarter cut at 128) to
-    128 almost always; buckets of 16 pad them to 95 (a step: 0.76 s against
-    0.87 s, `tools/benchmarks/profile_finetune.py`) for 221 batches an epoch instead
-    of 219.
-    """
-    import keras
-
-    if jit_compile or keras.backend.backend() != "tensorflow":
-        return BUCKET_WIDTH
-    return FINE_BUCKET_WIDTH
-
-
-def epoch_batches(
-    epoch, lengths, batch_size, sequence_length, target_padding, epochs=1, first_epoch=0,
-    bucket_width=None,
-):
-    """Training batches, epoch after epoch: `(dataset, batches_per_epoch)`.
-
-    Args:
-        epoch: callable(int) -> tf.data.Dataset of `(features, targets)` rows
-            in that epoch's order, each cut to its used length.
-        lengths: int array. Every row's used length, in any order.
-        batch_size: int.
-        sequence_length: int. The longest row.
-        target_padding: the targets' structure of scalar tensors that pad them.
-        epochs, first_epoch: ints. The dataset holds epochs `first_epoch` ..
-            `epochs - 1`, each batched on its own.
-        bucket_width: int or None. None: batches in the epoch's order, each
-            padded to its longest row. An int: rows of similar length batched
-            together, each batch padded to a multiple of it (or to
-            `sequence_length`).
-
-    The count is exact, since each bucket gives ceil(size / batch_size)
-    batches whatever the order.
-    """
-    import tensorflow as tf
-
-    from kbert.text.datasets import without_autotune
-
-    padding_values = ({name: 0 for name in ENCODER_INPUTS}, target_padding)
-    if bucket_width is None:
-        batches = -(-len(lengths) // batch_size)
-
-        def batched(index):
-            return epoch(index).padded_batch(batch_size, padding_values=padding_values)
-    else:
-        boundaries = list(range(bucket_width + 1, sequence_length + 1, bucket_width)) + [sequence_length + 1]
-        bucket_sizes = np.bincount(np.searchsorted(boundaries, lengths, side="right"))
-        batches = int(sum(-(-int(size) // batch_size) for size in bucket_sizes))
-
-        def batched(index):
-            return epoch(index).bucket_by_sequence_length(
-                lambda features, target: tf.shape(features["token_ids"])[0],
-                bucket_boundaries=boundaries,
-                bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
-                pad_to_bucket_boundary=True,
-                padding_values=padding_values,
-            )
-
-    ds = batched(first_epoch)
-    for index in range(first_epoch + 1, epochs):
-        ds = ds.concatenate(batched(index))
-    ds = ds.apply(tf.data.experimental.assert_cardinality(batches * (epochs - first_epoch)))
-    return without_autotune(ds.prefetch(tf.data.AUTOTUNE)), batches
-
-
-def check_finite(outputs):
-    """`outputs` (a dict of arrays), or `ValueError` if one holds NaN or infinity."""
-    bad = [name for name, value in outputs.items() if not np.all(np.isfinite(value))]
-    if bad:
-        raise ValueError(
-            f"the model gives non-finite {bad[0]} (NaN or infinity): its weights are "
-            "broken (diverged training?)"
-        )
-    return outputs
-
-
-class TextTask(Task):
-    """A task whose examples are one or two texts, packed as BERT's segments.
-
-    Examples are dicts `{"texts": (str,) or (str, str), "target": ..., "line": int}`
-    read from a CSV or TSV file: the texts from the columns the options
-    `text_options` name, the target from the column `target_option` names.
-    """
-
-    # Names of the options that give the text columns, and the target column.
-    text_options = ()
-    target_option = None
-
-    @classmethod
-    def parse_target(cls, value, path, line):
-        """The target of one record from its column's string."""
-        return value
-
-    @classmethod
-    def read(cls, path, options=None, targets=True):
-        options = cls.resolve_options(options)
-        columns = [options[name] for name in cls.text_options]
-        target = options[cls.target_option]
-        rows = read_table(path, columns + ([target] if targets else []))
-        return [
-            {
-                "texts": tuple(row[column] for column in columns),
-                "target": cls.parse_target(row[target], path, row.line) if targets else None,
-                "line": row.line,
-            }
-            for row in rows
-        ]
-
-    def examples_from_texts(self, texts):
-        width = len(self.text_inputs)
-        if len(texts) % width:
-            raise ValueError(
-                f"task {self.name!r} takes texts in groups of {width} "
-                f"({', '.join(self.text_inputs)}); got {len(texts)}"
-            )
-        return [
-            {"texts": tuple(texts[i : i + width]), "target": None, "line": None}
-            for i in range(0, len(texts), width)
-        ]
-
-    def targets(self, examples):
-        """The training targets of `examples`, an array with one row each."""
-        raise NotImplementedError
-
-    def encode(self, examples, targets=True):
-        import tensorflow as tf
-
-        chunks = []
-        for start in range(0, len(examples), ENCODE_CHUNK):
-            batch = examples[start : start + ENCODE_CHUNK]
-            segments = tuple(
-                tf.constant([example["texts"][i] for example in batch])
-                for i in range(len(self.text_inputs))
-            )
-            chunks.append(self.preprocessor(segments))
-        features = {
-            name: np.concatenate([chunk[name].numpy() for chunk in chunks]).astype(np.int32)
-            for name in ENCODER_INPUTS
-        }
-        return Encoded(features, self.targets(examples) if targets else None)
-
-    def serving_request(self, example):
-        """The inputs of `example` by name, as `serving_default` and `predict` take them."""
-        return dict(zip(self.text_inputs, example["texts"]))
-
-    def tflite_text_features(self, ids):
-        from kbert.text.packer import pack_one
-
-        tokenizer = self.tokenizer
-        return pack_one(
-            ids, self.sequence_length, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id,
-            truncate=self.preprocessor.packer.truncate,
-        )
-
-
-def softmax(logits):
-    """Row-wise softmax over the last axis, in float64, returned as float32."""
-    logits = np.asarray(logits, np.float64)
-    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return (shifted / shifted.sum(axis=-1, keepdims=True)).astype(np.float32)

@@ -5,7 +5,9 @@ Not a task itself: `text_classification` and `text_pair_classification` are.
 
 import numpy as np
 
-from kbert.tasks.base import METRIC_BUDGETS, TextTask, softmax
+from kbert.tasks.base import METRIC_BUDGETS
+from kbert.tasks.inference import softmax
+from kbert.tasks.text_task import TextTask
 
 
 class ClassificationTask(TextTask):
@@ -114,31 +116,6 @@ class ClassificationTask(TextTask):
     @classmethod
     def summary(cls, metrics):
         return {k: metrics[k] for k in ("accuracy", "f1", "macro_f1", "n") if k in metrics}
-
-    # === Export ===
-
-    def serving_outputs(self, features, outputs):
-        import tensorflow as tf
-
-        logits = outputs["logits"]
-        return {
-            "scores": tf.nn.softmax(logits, axis=-1),
-            "label": tf.gather(tf.constant(self.labels), tf.argmax(logits, axis=-1)),
-            "logits": logits,
-        }
-
-    def serving_assets(self):
-        return {"labels.txt": "".join(label + "\n" for label in self.labels)}
-
-    def scores(self, outputs):
-        return softmax(outputs["logits"])
-
-    def agreement(self, outputs, reference):
-        scores, expected = self.scores(outputs), self.scores(reference)
-        return {
-            "max_abs_diff": float(np.abs(scores - expected).max()),
-            "top1_agreement": float(np.mean(scores.argmax(-1) == expected.argmax(-1))),
-        }
 
 
 def classification_metrics(label_ids, predicted_ids, label_names):

@@ -36,14 +36,8 @@ import numpy as np
 from kbert.config import ENCODER_INPUTS
 from kbert.recipes import Recipe
 from kbert.tasks import squad, squad_eval, squad_text
-from kbert.tasks.base import (
-    ENCODE_CHUNK,
-    FLOAT_TOLERANCE,
-    Encoded,
-    Option,
-    Task,
-    epoch_batches,
-)
+from kbert.tasks.base import ENCODE_CHUNK, Encoded, Option, Rows, Task
+from kbert.tasks.inference import softmax
 
 OPTIONS = (
     Option("doc_stride", "pieces between the starts of a long context's windows", squad.DOC_STRIDE),
@@ -100,9 +94,6 @@ class QuestionAnswering(Task):
     metric = "f1"
     metric_scale = 1.0  # the official scripts' figures are percentages already
     budgets = F1_BUDGETS
-    mediapipe = "bert_question_answerer"
-    # One packed row is not one question: windows need the SavedModel.
-    tflite_text_variant = False
 
     def __init__(
         self,
@@ -280,67 +271,29 @@ class QuestionAnswering(Task):
             {"start_logits": starts, "end_logits": ends} if targets else None,
             example_of_row=rows[:, 0],
             extra={"questions": questions, "windows": rows[:, 1]},
+            learned=np.array([not questions[q].skipped for q in rows[:, 0]], bool) if targets else None,
         )
 
-    def train_dataset(self, examples, batch_size, seed=0, epochs=1, first_epoch=0,
-                      bucket_width=None):
-        """Shuffled training batches made on the fly, `(dataset, batches_per_epoch)`.
+    def training_rows(self, examples):
+        """`Rows` made on the fly, so memory holds no `(rows, sequence_length)` arrays.
 
-        The contexts' WordPieces are kept once each, ragged; the packed rows
-        are built by a generator in an order of each epoch's own (drawn from
-        the seed and the epoch's number, so a resumed run sees an
-        uninterrupted one's batches), so memory holds no `(rows,
-        sequence_length)` arrays, whatever the size of the set. Questions
-        whose answer run_squad.py cannot find are left out, and counted in
+        The contexts' WordPieces are kept once each, ragged. Questions whose
+        answer run_squad.py cannot find are left out, and counted in
         `train_figures`.
         """
-        import tensorflow as tf
-
         questions = self.prepare(examples)
         rows = self._rows(questions, trainable_only=True)
         if not len(rows):
             raise ValueError("no training question is left once unfindable answers are skipped")
-        lengths = np.array([len(questions[q].query) + 3 + questions[q].windows[w][1] for q, w in rows])
         self.train_figures = train_figures(questions, rows)
 
-        def generate(index):
-            order = np.random.default_rng([seed, index]).permutation(len(rows))
-            for index in order:
-                ids, segments, (start, end) = self.row(*_question_and_window(questions, rows[index]))
-                yield (
-                    {"token_ids": ids, "segment_ids": segments, "padding_mask": np.ones_like(ids)},
-                    {"start_logits": np.int32(start), "end_logits": np.int32(end)},
-                )
+        def row(index):
+            ids, segments, (start, end) = self.row(*_question_and_window(questions, rows[index]))
+            features = {"token_ids": ids, "segment_ids": segments, "padding_mask": np.ones_like(ids)}
+            return features, {"start_logits": np.int32(start), "end_logits": np.int32(end)}
 
-        row_spec = tf.TensorSpec([None], tf.int32)
-        target_spec = tf.TensorSpec([], tf.int32)
-
-        def epoch(index):
-            return tf.data.Dataset.from_generator(
-                lambda: generate(index),
-                output_signature=(
-                    {name: row_spec for name in ENCODER_INPUTS},
-                    {name: target_spec for name in self.outputs},
-                ),
-            )
-
-        padding = {name: tf.constant(0, tf.int32) for name in self.outputs}
-        return epoch_batches(
-            epoch, lengths, batch_size, self.sequence_length, padding, epochs, first_epoch, bucket_width
-        )
-
-    def eval_dataset(self, encoded, batch_size):
-        """The rows with a target (not those of skipped questions), in order."""
-        import tensorflow as tf
-
-        from kbert.text.datasets import without_autotune
-
-        questions = encoded.extra["questions"]
-        keep = np.array([not questions[q].skipped for q in encoded.example_of_row], bool)
-        rows = ({k: v[keep] for k, v in encoded.features.items()}, {k: v[keep] for k, v in encoded.targets.items()})
-        return without_autotune(
-            tf.data.Dataset.from_tensor_slices(rows).batch(batch_size).prefetch(tf.data.AUTOTUNE)
-        )
+        lengths = np.array([len(questions[q].query) + 3 + questions[q].windows[w][1] for q, w in rows])
+        return Rows(lengths, row, self.outputs)
 
     # === Model ===
 
@@ -404,7 +357,7 @@ class QuestionAnswering(Task):
         A prediction is a dict: `best` (`text`, `start`, `end` in characters,
         `score`, `probability`) or None, `null` (v2.0: `score`,
         `probability`) and `null_score_diff`; `answer` applies the
-        threshold. Outputs of a text artefact (`serving_text_outputs`),
+        threshold. Outputs of a text artefact (`kbert.export.serving`'s `text_outputs`),
         which chose their answers themselves, give `answer` as they chose it.
         """
         if "answer" in outputs:
@@ -462,7 +415,7 @@ class QuestionAnswering(Task):
         answer; when answering nothing is best, the threshold goes below
         every dev score difference.
         """
-        tuned = dict(self.train_figures)  # what train_dataset counted
+        tuned = dict(self.train_figures)  # what training_rows counted
         if not self.version_2_with_negative or self.threshold_given:
             return tuned
         odds = [p["null_score_diff"] for p in predictions]
@@ -500,90 +453,8 @@ class QuestionAnswering(Task):
     def summary(cls, metrics):
         return {k: metrics[k] for k in SUMMARY if k in metrics}
 
-    # === Export ===
-
-    def serving_features(self, strings):
-        from kbert.tasks.question_answering_graph import windowed_features
-
-        return windowed_features(self, strings["question"], strings["context"])
-
-    def serving_outputs(self, features, outputs):
-        if "example_of_row" not in features:  # serve_tokens: rows in, logits out
-            return dict(outputs)
-        from kbert.tasks.question_answering_graph import best_answers
-
-        return best_answers(self, features, outputs)
-
     def serving_request(self, example):
         return {"question": example["question"], "context": example["context"]}
-
-    def serving_text_outputs(self, call, examples, batch_size):
-        """The answers `serving_default` chose, one per question (see `decode`)."""
-        strings = self.serving_strings(examples)
-        chunks = []
-        for start in range(0, len(examples), batch_size):
-            result = call({name: values[start : start + batch_size] for name, values in strings.items()})
-            chunks.append({name: np.asarray(value) for name, value in result.items()})
-        return {name: np.concatenate([chunk[name] for chunk in chunks]) for name in chunks[0]}
-
-    def agreement(self, outputs, reference):
-        """The logits' largest difference, where the artefact gives logits."""
-        if "answer" in outputs:
-            return {}
-        return super().agreement(outputs, reference)
-
-    def prediction_agreement(self, predictions, reference):
-        """The share of questions given the same answer (text, and offsets where
-        the artefact gives them), and the largest difference of the best span's
-        score and of the null score difference (None where it gives neither)."""
-        same, diffs = [], []
-        for prediction, expected in zip(predictions, reference):
-            mine, theirs = self.answer(prediction), self.answer(expected)
-            keys = ("text",) if mine["start"] is None and mine["text"] else ("text", "start", "end")
-            same.append(all(mine[k] == theirs[k] for k in keys))
-            for a, b in ((_best_score(prediction), _best_score(expected)),
-                         (prediction.get("null_score_diff"), expected.get("null_score_diff"))):
-                if a is not None and b is not None and np.isfinite(a) and np.isfinite(b):
-                    diffs.append(abs(a - b))
-        return {"answer_agreement": float(np.mean(same)), "max_abs_score_diff": float(max(diffs)) if diffs else None}
-
-    def judge(self, entry, reference_figures):
-        """Float32 artefacts: logits (or scores) within `FLOAT_TOLERANCE` and every
-        answer the Keras model's; quantized ones: `budgets` of F1 points.
-
-        BertQuestionAnswerer's file (`kbert.export.question_answerer`), which
-        answers by rules of its own: its logits within `FLOAT_TOLERANCE` of the
-        Keras model's, and on ASCII questions (where its inputs are kbert's)
-        its best answer the one its rules pick from the Keras logits.
-        """
-        if "emulation" in entry:
-            emulation = entry["emulation"]
-            entry["budget"] = (
-                f"logits within {FLOAT_TOLERANCE:g}; on ASCII questions the runtime's answer is its "
-                "rules' on the Keras logits"
-            )
-            entry["passed"] = bool(
-                entry["max_abs_diff"] <= FLOAT_TOLERANCE
-                and emulation["top_answer_agreement"] in (1.0, None)
-                and emulation["max_abs_logit_diff"] <= 2 * FLOAT_TOLERANCE
-            )
-            return entry
-        score_diff = entry.get("max_abs_score_diff") or 0.0
-        entry.setdefault("max_abs_diff", score_diff)
-        if entry["quantization"] == "none":
-            entry["budget"] = f"max_abs_diff <= {FLOAT_TOLERANCE:g}, every answer the Keras model's"
-            entry["passed"] = bool(
-                entry["max_abs_diff"] <= FLOAT_TOLERANCE
-                and score_diff <= 2 * FLOAT_TOLERANCE  # a score adds two logits
-                and entry.get("answer_agreement", 1.0) == 1.0
-            )
-            return entry
-        budget = self.budgets[entry["quantization"]]
-        drop = reference_figures[self.metric] - entry[self.metric]
-        entry["metric_drop"] = round(drop, 6)
-        entry["budget"] = f"{self.metric} drop <= {budget:g} points"
-        entry["passed"] = bool(drop <= budget + 1e-9)
-        return entry
 
     def oracle_outputs(self, examples, encoded, peak=10.0):
         """The logits a perfect model would give `encoded`'s rows, and what it can answer.
@@ -686,7 +557,7 @@ class Question:
 
 
 def train_figures(questions, rows):
-    """What `train_dataset` made of the training questions (for metrics.json)."""
+    """What `training_rows` made of the training questions (for metrics.json)."""
     answerable = [q for q in questions if q.target != (-1, -1)]
     return {
         "train_questions": len(questions),
@@ -733,7 +604,7 @@ def _prediction(context, result, n_best_size):
         nbest.append({"text": text, "start": char_start, "end": char_end, "score": float(score)})
     if result["null_score"] is not None and "" not in seen:
         nbest.append({"text": "", "start": None, "end": None, "score": float(result["null_score"])})
-    for entry, probability in zip(nbest, squad.softmax([entry["score"] for entry in nbest])):
+    for entry, probability in zip(nbest, softmax([entry["score"] for entry in nbest], np.float64)):
         entry["probability"] = probability
     best = next((entry for entry in nbest if entry["text"]), None)
     null = next((entry for entry in nbest if not entry["text"]), None)
@@ -764,7 +635,8 @@ def _served_predictions(outputs):
     return predictions
 
 
-def _best_score(prediction):
+def best_score(prediction):
+    """The best span's score of a prediction (`decode`'s, or one a signature served), or None."""
     if "best_score" in prediction:
         return prediction["best_score"]
     return prediction["best"]["score"] if prediction.get("best") else None

@@ -26,8 +26,10 @@ import os
 
 import numpy as np
 
-from kbert.config import ENCODER_INPUTS, POOLINGS
-from kbert.tasks.base import METRIC_BUDGETS, Option, TextTask, check_finite
+from kbert.config import POOLINGS
+from kbert.tasks.base import METRIC_BUDGETS, Option
+from kbert.tasks.inference import run_by_length
+from kbert.tasks.text_task import TextTask
 from kbert.tasks.text_pair_classification import PAIR_OPTIONS
 from kbert.tasks.text_pair_regression import TextPairRegression, regression_metrics
 
@@ -96,7 +98,6 @@ class SentenceEmbedding(TextTask):
     reads_sequence = True
     metric = "spearman"
     budgets = METRIC_BUDGETS
-    mediapipe = "text_embedder"
     trainable = False
 
     def __init__(self, tokenizer, sequence_length, pooling=DEFAULT_POOLING, normalize=DEFAULT_NORMALIZE):
@@ -188,14 +189,12 @@ class SentenceEmbedding(TextTask):
     # === Inference ===
 
     def run(self, model, features, batch_size=64):
-        """The model's vectors, one a row (`Task.run_by_length`).
+        """The model's vectors, one a row (`kbert.tasks.inference.run_by_length`).
 
         Pooling reads only the real tokens, so the padding after them is
         work wasted: each batch runs at its longest row's length.
         """
-        if not len(features[ENCODER_INPUTS[0]]):
-            return super().run(model, features, batch_size)  # its error
-        return check_finite(self.run_by_length(model, features, batch_size))
+        return run_by_length(model, features, self.outputs, self.sequence_length, batch_size)
 
     def decode(self, examples, encoded, outputs):
         """Per example, its texts' vectors: float32 `(texts, dimension)`."""
@@ -223,38 +222,6 @@ class SentenceEmbedding(TextTask):
         if any(len(vectors) != 1 for vectors in predictions):
             raise ValueError("embeddings come from single texts; got pairs")
         return np.stack([vectors[0] for vectors in predictions]).astype(np.float32)
-
-    # === Export ===
-
-    def serving_strings(self, examples):
-        """Every text of `examples`, one per row of `encode`."""
-        return {"text": [text for example in examples for text in example["texts"]]}
-
-    def agreement(self, outputs, reference):
-        vectors, expected = (np.asarray(o["embedding"], np.float64) for o in (outputs, reference))
-        if not vectors.size:
-            return {"max_abs_diff": 0.0, "min_cosine": 1.0, "mean_cosine": 1.0}
-        cosines = row_cosines(vectors, expected)
-        return {
-            "max_abs_diff": float(np.abs(vectors - expected).max()),
-            "min_cosine": float(cosines.min()),
-            "mean_cosine": float(cosines.mean()),
-        }
-
-    def judge(self, entry, reference_figures):
-        """Float32: every vector at cosine `MIN_COSINE` or more from Keras's.
-
-        Quantized: at most `budgets` of Spearman lost, and a mean cosine of
-        `QUANTIZED_MIN_MEAN_COSINE` or more.
-        """
-        if entry["quantization"] == "none":
-            entry["budget"] = f"min_cosine >= {MIN_COSINE:g}"
-            entry["passed"] = entry["min_cosine"] >= MIN_COSINE
-            return entry
-        super().judge(entry, reference_figures)
-        entry["budget"] += f", mean_cosine >= {QUANTIZED_MIN_MEAN_COSINE:g}"
-        entry["passed"] = entry["passed"] and entry["mean_cosine"] >= QUANTIZED_MIN_MEAN_COSINE
-        return entry
 
 
 def row_cosines(a, b):

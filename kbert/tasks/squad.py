@@ -304,13 +304,3 @@ def best_answer(rows, n_best_size, max_answer_length, version_2):
 def _best_indexes(logits, n_best_size):
     """The `n_best_size` highest logits' indexes, the lower index first on ties."""
     return np.argsort(-logits, kind="stable")[:n_best_size]
-
-
-def softmax(scores):
-    """run_squad.py's `_compute_softmax`."""
-    if not scores:
-        return []
-    top = max(scores)
-    exps = [math.exp(score - top) for score in scores]
-    total = sum(exps)
-    return [value / total for value in exps]

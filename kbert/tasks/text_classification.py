@@ -47,7 +47,6 @@ class TextClassification(ClassificationTask):
     text_options = ("text_column",)
     target_option = "label_column"
     text_inputs = ("text",)
-    mediapipe = "text_classifier"
     # One text per example: a raw text is an example without a label.
     distills_unlabelled_text = True
 

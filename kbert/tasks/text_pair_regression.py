@@ -19,7 +19,8 @@ import sys
 import numpy as np
 
 from kbert.recipes import Recipe
-from kbert.tasks.base import METRIC_BUDGETS, Option, TextTask
+from kbert.tasks.base import METRIC_BUDGETS, Option
+from kbert.tasks.text_task import TextTask
 from kbert.tasks.text_pair_classification import PAIR_OPTIONS
 
 HEADS = ("cross-cosine", "cross")
@@ -194,12 +195,6 @@ class TextPairRegression(TextTask):
         cosine = model.get_layer("cosine_score")(vectors)
         return {"score": model.get_layer("score")([cross, cosine])}
 
-    def tflite_unsupported(self):
-        if self.head_name == "cross":
-            return {}
-        return {"16x8": "the cross-cosine head splits the pair with int32 arithmetic, whose "
-                        "inputs LiteRT's 16x8 quantizer cannot calibrate (use dynamic or int8)"}
-
     def distillation_loss(self, temperature, alpha):
         """`alpha * MSE(gold) + (1 - alpha) * MSE(teacher's score)`; a score has no temperature."""
         from kbert.tasks.distillation import ScoreDistillationLoss
@@ -218,11 +213,6 @@ class TextPairRegression(TextTask):
             {**self.serving_request(example), "score": float(score)}
             for example, score in zip(examples, predictions)
         ]
-
-    def serving_outputs(self, features, outputs):
-        import tensorflow as tf
-
-        return {"score": tf.reshape(outputs["score"], [-1])}
 
 
 def rank(values):

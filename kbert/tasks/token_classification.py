@@ -39,7 +39,8 @@ import numpy as np
 
 from kbert.config import ENCODER_INPUTS
 from kbert.recipes import Recipe
-from kbert.tasks.base import ENCODE_CHUNK, FLOAT_TOLERANCE, Encoded, Option, Task, softmax
+from kbert.tasks.base import ENCODE_CHUNK, Encoded, Option, Task
+from kbert.tasks.inference import batches_by_length, check_rows, run_full_length, softmax
 from kbert.tasks.conll import read_conll, read_jsonl
 from kbert.tasks.tagging import (
     AUTO, OUTSIDE, PREFIXES, SCHEMES, check_scheme, chunks, detect_scheme, entity_metrics, joined_tag,
@@ -104,10 +105,6 @@ class TokenClassification(Task):
     metric = "f1"
     metric_scale = 100
     budgets = F1_BUDGETS
-    mediapipe = "token_classifier"
-    # Raw text needs windows and character offsets, which a TFLite model of
-    # builtin and tf-text ops cannot compute (see docs/tasks/token-classification.md).
-    tflite_text_variant = False
 
     def __init__(self, tokenizer, sequence_length, tags, scheme, word_split=FORMER_WORD_SPLIT):
         super().__init__(tokenizer, sequence_length)
@@ -406,12 +403,11 @@ class TokenClassification(Task):
         width, and `compared`, the positions that hold tokens (where
         artefacts are compared with it).
         """
-        if not len(features[ENCODER_INPUTS[0]]):
-            raise ValueError("no examples to run the model on")
+        check_rows(features)
         logits = np.zeros(features["token_ids"].shape + (len(self.tags),), np.float32)
-        for index, width in self.batches_by_length(features, batch_size):
+        for index, width in batches_by_length(features, batch_size, self.sequence_length):
             batch = {name: features[name][index, :width] for name in ENCODER_INPUTS}
-            logits[index, :width] = super().run(model, batch, batch_size)["logits"]
+            logits[index, :width] = run_full_length(model, batch, self.outputs, batch_size)["logits"]
         return {"logits": logits, "compared": features["padding_mask"] == 1}
 
     def decode(self, examples, encoded, outputs):
@@ -460,117 +456,12 @@ class TokenClassification(Task):
             rows.append(row)
         return rows
 
-    @classmethod
-    def summary(cls, metrics):
-        return {k: metrics[k] for k in ("f1", "precision", "recall", "accuracy", "n") if k in metrics}
-
-    # === Export ===
-
-    def serving_features(self, strings):
-        """Windows of the raw texts' words, with what `serving_outputs` needs to gather them."""
-        word_ids, starts, ends = self.tokenizer.words_with_offsets(strings["text"])
-        windows = self.windows(word_ids)
-        return {
-            **{name: windows[name] for name in ENCODER_INPUTS},
-            "word_row": windows["word_row"],
-            "word_position": windows["word_position"],
-            "word_splits": word_ids.row_splits,
-            "starts": starts.flat_values,
-            "ends": ends.flat_values,
-        }
-
-    def serving_outputs(self, features, outputs):
-        """`serve_tokens`: the logits. `serving_default`: per text, its words' tags and offsets.
-
-        Word outputs are padded to the batch's most words: `tags` with "",
-        `starts` and `ends` with -1, `scores` and `word_logits` with 0.
-        """
-        import tensorflow as tf
-
-        logits = outputs["logits"]
-        if "word_row" not in features:
-            return {"logits": logits}
-        at = tf.stack([features["word_row"], features["word_position"]], axis=-1)
-        word_logits = tf.gather_nd(logits, at)
-        probabilities = tf.nn.softmax(word_logits, axis=-1)
-        ids = tf.argmax(word_logits, axis=-1)
-
-        def per_text(values, padding):
-            ragged = tf.RaggedTensor.from_row_splits(values, features["word_splits"], validate=False)
-            return ragged.to_tensor(default_value=padding)
-
-        return {
-            "tags": per_text(tf.gather(tf.constant(self.tags), ids), ""),
-            "scores": per_text(tf.reduce_max(probabilities, axis=-1), 0.0),
-            "starts": per_text(features["starts"], tf.constant(-1, tf.int64)),
-            "ends": per_text(features["ends"], tf.constant(-1, tf.int64)),
-            "word_logits": per_text(word_logits, 0.0),
-        }
-
-    def serving_assets(self):
-        return {"labels.txt": "".join(tag + "\n" for tag in self.tags)}
-
     def serving_request(self, example):
         return {"text": word_offsets(example)[0]}
 
-    def serving_text_outputs(self, call, examples, batch_size):
-        """The SavedModel's word logits placed at `encode`'s rows and positions.
-
-        The signature splits each text into words itself; a pre-split word
-        (CoNLL's "1996-08-22") may be several of its words, and is read from
-        the first, whose first piece is the same (and, for BIOES, from its
-        last part's, the word `word_parts - 1` on). Returns `logits` and
-        `compared`, the positions it filled (where agreement is measured).
-        """
-        encoded = self.encode(examples, targets=False)
-        logits = np.zeros(encoded.features["token_ids"].shape + (len(self.tags),), np.float32)
-        compared = np.zeros(encoded.features["token_ids"].shape, bool)
-        texts = self.serving_strings(examples)["text"]
-        extra = encoded.extra
-        for begin in range(0, len(examples), batch_size):
-            result = call({"text": texts[begin : begin + batch_size]})
-            served_starts = np.asarray(result["starts"])
-            word_logits = np.asarray(result["word_logits"])
-            for i, example in enumerate(examples[begin : begin + batch_size]):
-                index = {int(s): j for j, s in enumerate(served_starts[i]) if s >= 0}
-                words = range(extra["word_splits"][begin + i], extra["word_splits"][begin + i + 1])
-                for word, start in zip(words, word_offsets(example)[1]):
-                    if start in index:
-                        at = extra["word_row"][word], extra["word_position"][word]
-                        logits[at] = word_logits[i, index[start]]
-                        compared[at] = True
-                        # Its last part (BIOES reads it): the served word as many on.
-                        end = index[start] + extra["word_parts"][word] - 1
-                        if end < len(served_starts[i]) and served_starts[i][end] >= 0:
-                            at = extra["word_end_row"][word], extra["word_end_position"][word]
-                            logits[at] = word_logits[i, end]
-                            compared[at] = True
-        return {"logits": logits, "compared": compared}
-
-    def scores(self, outputs):
-        return softmax(outputs["logits"])
-
-    def agreement(self, outputs, reference):
-        """Largest difference of tag probabilities, where both give them (`compared`)."""
-        difference = np.abs(self.scores(outputs) - self.scores(reference))
-        for compared in (outputs.get("compared"), reference.get("compared")):
-            if compared is not None:
-                difference = np.where(compared[..., None], difference, 0.0)
-        return {"max_abs_diff": float(difference.max()) if difference.size else 0.0}
-
-    def judge(self, entry, reference_figures):
-        """Float32: probabilities within `FLOAT_TOLERANCE` and F1 within `FLOAT_F1_BUDGET`."""
-        if entry["quantization"] != "none":
-            return super().judge(entry, reference_figures)
-        change = reference_figures[self.metric] - entry[self.metric]
-        entry["metric_drop"] = round(100 * change, 6)
-        entry["budget"] = (
-            f"max_abs_diff <= {FLOAT_TOLERANCE:g}, f1 within {100 * FLOAT_F1_BUDGET:g} points"
-        )
-        entry["passed"] = bool(
-            entry["max_abs_diff"] <= FLOAT_TOLERANCE and abs(change) <= FLOAT_F1_BUDGET + 1e-9
-        )
-        return entry
+    @classmethod
+    def summary(cls, metrics):
+        return {k: metrics[k] for k in ("f1", "precision", "recall", "accuracy", "n") if k in metrics}
 
 
 def word_offsets(example):

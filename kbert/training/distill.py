@@ -45,7 +45,8 @@ from kbert.modelfolder import (
 )
 from kbert.models import bert_encoder
 from kbert.recipes import DISTILLATION
-from kbert.tasks import Encoded, training_bucket_width
+from kbert.tasks import Encoded
+from kbert.training.batching import batched_dataset, training_bucket_width
 from kbert.training.distribute import compile_for_strategy
 from kbert.training.finetune import (
     DEFAULT_WARMUP_FRACTION,
@@ -352,8 +353,8 @@ def distill(
 
     teacher_figures = teacher_folder.evaluate(dev_examples, dev, batch_size)
     encoded = teacher_targets(teacher_folder, task, train_examples, extra, batch_size, log)
-    train_ds, steps_per_epoch = task.batched_dataset(
-        encoded, batch_size, seed, epochs, first_epoch, training_bucket_width(jit_compile)
+    train_ds, steps_per_epoch = batched_dataset(
+        task, encoded, batch_size, seed, epochs, first_epoch, training_bucket_width(jit_compile)
     )
     total_steps = steps_per_epoch * epochs
     distiller = compile_for_strategy(

@@ -19,7 +19,8 @@ import keras
 from kbert.checkpoints.huggingface import init_encoder
 from kbert.hardware import log_dtype
 from kbert.modelfolder import check_model_out, write_model_folder
-from kbert.tasks import DEFAULT_TASK, get_task, training_bucket_width
+from kbert.tasks import DEFAULT_TASK, get_task
+from kbert.training.batching import eval_dataset, train_dataset, training_bucket_width
 from kbert.text import WordPieceTokenizer, load_vocab
 from kbert.training.distribute import (
     STRATEGIES,
@@ -239,12 +240,12 @@ def finetune(
         "jit_compile": jit_compile, "dtype": dtype, "seed": seed,
     }
     resume_dir, first_epoch, curve = resume_point(out, run, log)
-    train_ds, steps_per_epoch = task.train_dataset(
-        train_examples, batch_size, seed=seed, epochs=epochs, first_epoch=first_epoch,
+    train_ds, steps_per_epoch = train_dataset(
+        task, train_examples, batch_size, seed=seed, epochs=epochs, first_epoch=first_epoch,
         bucket_width=training_bucket_width(jit_compile),
     )
     dev_encoded = task.encode(dev_examples)
-    dev_ds = task.eval_dataset(dev_encoded, batch_size)
+    dev_ds = eval_dataset(task, dev_encoded, batch_size)
 
     total_steps = steps_per_epoch * epochs
     with strategy.scope():

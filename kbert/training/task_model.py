@@ -3,7 +3,7 @@
 `TaskModel` holds the task's network (encoder and head, `Task.build_model`)
 and its `BertPreprocessor` (tokenizer and vocabulary), with the task's name
 and settings (label names, score range, truncation). `fit` batches raw
-inputs the way `kbert finetune` does (`Task.train_dataset`: its packing,
+inputs the way `kbert finetune` does (`kbert.training.batching`: its packing,
 shuffles and length buckets), and `compile()` with no optimizer gives the
 task's recipe: AdamW on BERT's schedule, sized from the data when `fit`
 knows it. `save("x.keras")` keeps everything, and `keras.saving.load_model`
@@ -23,8 +23,9 @@ Example:
 
 import keras
 
-from kbert.tasks import DEFAULT_TASK, get_task, training_bucket_width
-from kbert.tasks.base import TextTask
+from kbert.tasks import DEFAULT_TASK, get_task
+from kbert.tasks.text_task import TextTask
+from kbert.training.batching import eval_dataset, train_dataset, training_bucket_width
 from kbert.training.finetune import DEFAULT_WARMUP_FRACTION
 from kbert.training.optimizers import make_optimizer
 
@@ -133,8 +134,8 @@ class TaskModel(keras.Model):
             **kwargs: `keras.Model.fit`'s (callbacks, verbose...).
         """
         recipe = self.task.recipe.override(batch_size=batch_size, epochs=epochs)
-        dataset, steps = self.task.train_dataset(
-            self.examples(x, y), recipe.batch_size, seed=seed, epochs=recipe.epochs,
+        dataset, steps = train_dataset(
+            self.task, self.examples(x, y), recipe.batch_size, seed=seed, epochs=recipe.epochs,
             bucket_width=training_bucket_width(bool(self.jit_compile)),
         )
         if self._recipe_compile is not None:
@@ -147,14 +148,14 @@ class TaskModel(keras.Model):
             self._recipe_compile = None
         if validation_data is not None:
             encoded = self.task.encode(self.examples(*validation_data))
-            validation_data = self.task.eval_dataset(encoded, recipe.batch_size)
+            validation_data = eval_dataset(self.task, encoded, recipe.batch_size)
         return super().fit(dataset, epochs=recipe.epochs, steps_per_epoch=steps,
                            validation_data=validation_data, shuffle=False, **kwargs)
 
     def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
         """Keras's loss and compiled metrics on raw inputs (`figures` gives the task's own)."""
         encoded = self.task.encode(self.examples(x, y))
-        dataset = self.task.eval_dataset(encoded, batch_size or self.task.recipe.batch_size)
+        dataset = eval_dataset(self.task, encoded, batch_size or self.task.recipe.batch_size)
         return super().evaluate(dataset, **kwargs)
 
     def predict(self, x, batch_size=64, **kwargs):

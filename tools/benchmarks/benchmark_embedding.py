@@ -218,12 +218,13 @@ def part_tokenizer(args):
     import numpy as np
 
     from kbert.export import mediapipe
+    from kbert.export.serving import serving_for
     from kbert.modelfolder import open_model
     from kbert.tabular import read_table
 
     folder = open_model(CHECKPOINT, TASK, sequence_length=args.seq_len)
     sources = {
-        "stsb_dev_texts": folder.task.serving_strings(folder.task.read(STSB_DEV))["text"],
+        "stsb_dev_texts": serving_for(folder.task).strings(folder.task.read(STSB_DEV))["text"],
         "debian_dev_texts": [row["text"] for row in read_table(DEBIAN_DEV, ["text"])],
         "debian_corpus_documents": debian_documents(args.tokenizer_documents),
     }

@@ -293,7 +293,7 @@ def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
     import tensorflow as tf
 
     from kbert.checkpoints import load_hf_checkpoint, to_keras_hub
-    from kbert.tasks.base import softmax
+    from kbert.tasks.inference import softmax
     from kbert.text import WordPieceTokenizer
     from kbert.training import make_optimizer
 

@@ -62,6 +62,7 @@ def main(argv=None):
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from kbert.export import tflite
+    from kbert.export.serving import serving_for
     from kbert.export.verify import interleaved_latency, load_average, machine
     from kbert.modelfolder import open_model
 
@@ -102,7 +103,7 @@ def main(argv=None):
         }
     shutil.rmtree(source, ignore_errors=True)
     for quantization in QUANTIZATIONS:
-        agreement = task.agreement(outputs[quantization], outputs["none"])
+        agreement = serving_for(task).agreement(outputs[quantization], outputs["none"])
         results[quantization]["versus_float"] = agreement
 
     log(f"timing: {args.runs} interleaved rounds")

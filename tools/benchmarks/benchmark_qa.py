@@ -257,6 +257,8 @@ def stream_figures(args):
 
     import numpy as np
 
+    from kbert.training.batching import train_dataset
+
     def rss_mib():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
 
@@ -272,7 +274,7 @@ def stream_figures(args):
         ]
     before = rss_mib()
     start = time.perf_counter()
-    dataset, batches = task.train_dataset(examples, 32)
+    dataset, batches = train_dataset(task, examples, 32)
     prepared = time.perf_counter() - start
     after = rss_mib()
     rows = task.train_figures["train_rows"]

@@ -231,7 +231,8 @@ def main(argv=None):
 
     from kbert.checkpoints.huggingface import init_encoder
     from kbert.export.verify import machine
-    from kbert.tasks import get_task, training_bucket_width
+    from kbert.tasks import get_task
+    from kbert.training.batching import train_dataset, training_bucket_width
     from kbert.text import WordPieceTokenizer
 
     task_class = get_task(args.task)
@@ -248,7 +249,7 @@ def main(argv=None):
     bucket_width = training_bucket_width(args.xla) if args.bucket_width is None else args.bucket_width or None
 
     def batches():
-        return task.train_dataset(train, args.batch_size, seed=0, bucket_width=bucket_width)
+        return train_dataset(task, train, args.batch_size, seed=0, bucket_width=bucket_width)
 
     ds, steps = batches()
     steps = min(steps, args.steps or steps)

@@ -1,0 +1,136 @@
+"""Each task's serving adapter: `serving_for(task)`.
+
+The exporter, the SavedModel writer, the TFLite and on-device writers and
+the verification ask `serving_for(task)` (a `kbert.export.serving_base.Serving`)
+for what they need of a task beyond its data and its model; they never test
+a task's name. The adapter is chosen by the task's class, the nearest
+registered class first: a new task gets `Serving`'s defaults (one or two
+texts in, one row of outputs each), or adds its own adapter to `ADAPTERS`.
+"""
+
+import numpy as np
+
+from kbert.export.serving_answers import AnswerServing
+from kbert.export.serving_base import Serving
+from kbert.export.serving_tokens import TokenServing
+from kbert.tasks import (
+    QuestionAnswering,
+    SentenceEmbedding,
+    Task,
+    TextClassification,
+    TextPairClassification,
+    TextPairRegression,
+    TokenClassification,
+)
+from kbert.tasks.inference import softmax
+from kbert.tasks.sentence_embedding import MIN_COSINE, QUANTIZED_MIN_MEAN_COSINE, row_cosines
+
+__all__ = ["ADAPTERS", "Serving", "serving_class", "serving_for"]
+
+
+class ClassificationServing(Serving):
+    """Labels: `scores`, `label` and `logits` served, `labels.txt` shipped,
+    compared by probabilities and top-1 agreement."""
+
+    def outputs(self, features, outputs):
+        import tensorflow as tf
+
+        logits = outputs["logits"]
+        return {
+            "scores": tf.nn.softmax(logits, axis=-1),
+            "label": tf.gather(tf.constant(self.task.labels), tf.argmax(logits, axis=-1)),
+            "logits": logits,
+        }
+
+    def assets(self):
+        return {"labels.txt": "".join(label + "\n" for label in self.task.labels)}
+
+    def scores(self, outputs):
+        return softmax(outputs["logits"])
+
+    def agreement(self, outputs, reference):
+        scores, expected = self.scores(outputs), self.scores(reference)
+        return {
+            "max_abs_diff": float(np.abs(scores - expected).max()),
+            "top1_agreement": float(np.mean(scores.argmax(-1) == expected.argmax(-1))),
+        }
+
+
+class TextClassifierServing(ClassificationServing):
+    """Single texts also ship as MediaPipe's `TextClassifier` file."""
+
+    on_device = "text_classifier"
+
+
+class RegressionServing(Serving):
+    """One score a pair; the cross-cosine head's int32 pair split cannot take 16x8."""
+
+    def outputs(self, features, outputs):
+        import tensorflow as tf
+
+        return {"score": tf.reshape(outputs["score"], [-1])}
+
+    def tflite_unsupported(self):
+        if self.task.head_name == "cross":
+            return {}
+        return {"16x8": "the cross-cosine head splits the pair with int32 arithmetic, whose "
+                        "inputs LiteRT's 16x8 quantizer cannot calibrate (use dynamic or int8)"}
+
+
+class EmbeddingServing(Serving):
+    """One vector a text, every text of a pair its own row; judged by cosines."""
+
+    on_device = "text_embedder"
+
+    def strings(self, examples):
+        """Every text of `examples`, one per row of `encode`."""
+        return {"text": [text for example in examples for text in example["texts"]]}
+
+    def agreement(self, outputs, reference):
+        vectors, expected = (np.asarray(o["embedding"], np.float64) for o in (outputs, reference))
+        if not vectors.size:
+            return {"max_abs_diff": 0.0, "min_cosine": 1.0, "mean_cosine": 1.0}
+        cosines = row_cosines(vectors, expected)
+        return {
+            "max_abs_diff": float(np.abs(vectors - expected).max()),
+            "min_cosine": float(cosines.min()),
+            "mean_cosine": float(cosines.mean()),
+        }
+
+    def judge(self, entry, reference_figures):
+        """Float32: every vector at cosine `MIN_COSINE` or more from Keras's.
+
+        Quantized: at most `budgets` of Spearman lost, and a mean cosine of
+        `QUANTIZED_MIN_MEAN_COSINE` or more.
+        """
+        if entry["quantization"] == "none":
+            entry["budget"] = f"min_cosine >= {MIN_COSINE:g}"
+            entry["passed"] = entry["min_cosine"] >= MIN_COSINE
+            return entry
+        self.judge_metric(entry, reference_figures)
+        entry["budget"] += f", mean_cosine >= {QUANTIZED_MIN_MEAN_COSINE:g}"
+        entry["passed"] = entry["passed"] and entry["mean_cosine"] >= QUANTIZED_MIN_MEAN_COSINE
+        return entry
+
+
+# Each task class's adapter class; a subclass without its own takes its nearest
+# base class's (`serving_class`).
+ADAPTERS = {
+    Task: Serving,
+    TextClassification: TextClassifierServing,
+    TextPairClassification: ClassificationServing,
+    TextPairRegression: RegressionServing,
+    SentenceEmbedding: EmbeddingServing,
+    TokenClassification: TokenServing,
+    QuestionAnswering: AnswerServing,
+}
+
+
+def serving_class(task_class):
+    """The adapter class of `task_class`: its own in `ADAPTERS`, or its nearest base class's."""
+    return next(ADAPTERS[base] for base in task_class.__mro__ if base in ADAPTERS)
+
+
+def serving_for(task):
+    """The serving adapter of `task`, a `kbert.tasks.Task` instance."""
+    return serving_class(type(task))(task)

@@ -1,0 +1,212 @@
+"""Training and validation batches of any task, as `tf.data` datasets.
+
+A task says what its rows are and the trainer batches them here:
+`Task.training_rows` gives either `Encoded` rows (packed arrays) or `Rows`
+(one row made at a time, for sets too big to hold packed); `Encoded.learned`
+marks the rows a model learns from (question answering leaves out the
+windows of questions whose answer cannot be found). Nothing here tests a
+task's name.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kbert.config import ENCODER_INPUTS
+from kbert.tasks.base import Encoded
+from kbert.tasks.inference import BUCKET_WIDTH, batches_by_length
+from kbert.text.datasets import without_autotune
+
+# Training batches on TensorFlow without XLA, where a new width costs no
+# compile, hold rows of similar length padded to a multiple of this: the
+# encoder blocks skip the padding but in attention's scores, whose cost
+# grows with the square of the width.
+FINE_BUCKET_WIDTH = 16
+# Epoch e of a run with seed s is shuffled with the seed STRIDE * s + e, so
+# epochs and seeds never share a shuffle.
+EPOCH_SEED_STRIDE = 1_000_003
+
+
+def training_bucket_width(jit_compile=False):
+    """The length buckets of training batches: `FINE_BUCKET_WIDTH` where a
+    new width is free (TensorFlow without XLA), `BUCKET_WIDTH` where each
+    compiles a step of its own (XLA, and JAX, which always compiles).
+
+    Without XLA the encoder blocks train over the real tokens alone
+    (`kbert.models.train_on_real_tokens`), so only attention's scores pay
+    for padding, and they pay for its square: batches drawn at random pad
+    Debian's descriptions (89 pieces on average, a quarter cut at 128) to
+    128 almost always; buckets of 16 pad them to 95 (a step: 0.76 s against
+    0.87 s, `tools/benchmarks/profile_finetune.py`) for 221 batches an epoch instead
+    of 219.
+    """
+    if jit_compile or keras.backend.backend() != "tensorflow":
+        return BUCKET_WIDTH
+    return FINE_BUCKET_WIDTH
+
+
+def train_dataset(task, examples, batch_size, seed=0, epochs=1, first_epoch=0, bucket_width=None):
+    """Shuffled training batches of `task`'s `examples`, epochs `first_epoch` .. `epochs - 1`.
+
+    Each epoch is shuffled by a seed of its own, derived from `seed` and the
+    epoch's number, so a run resumed at epoch k sees the batches an
+    uninterrupted run sees from epoch k on. Each batch is padded to its
+    longest row; with a `bucket_width` (`training_bucket_width`), rows of
+    similar length are batched together and padded to a multiple of it.
+
+    Returns:
+        `(dataset, batches_per_epoch)`. The count is exact (with buckets,
+        each gives ceil(size / batch_size) batches whatever the shuffle);
+        fit with `steps_per_epoch=batches_per_epoch`.
+    """
+    rows = task.training_rows(examples)
+    if isinstance(rows, Encoded):
+        return batched_dataset(task, rows, batch_size, seed, epochs, first_epoch, bucket_width)
+    return _generated_dataset(task, rows, batch_size, seed, epochs, first_epoch, bucket_width)
+
+
+def batched_dataset(task, encoded, batch_size, seed=0, epochs=1, first_epoch=0, bucket_width=None):
+    """`train_dataset`'s batches of rows already encoded, with any targets.
+
+    Args:
+        encoded: `Encoded`. Its `targets` may be any structure of arrays
+            with one row each (`kbert distill` adds the teacher's outputs);
+            if the task `reads_sequence`, each row's targets with an axis of
+            their own are cut and padded along it as the row's tokens are.
+        batch_size, seed, epochs, first_epoch, bucket_width: as for `train_dataset`.
+    """
+    encoded = _learned_rows(encoded)
+    lengths = encoded.features["padding_mask"].sum(axis=1)
+    padding = tf.nest.map_structure(
+        lambda target: tf.constant(task.target_padding, tf.as_dtype(target.dtype)), encoded.targets
+    )
+
+    def trim(features, target):
+        used = tf.reduce_sum(features["padding_mask"])
+        cut = {key: value[:used] for key, value in features.items()}
+        if task.reads_sequence:
+            target = tf.nest.map_structure(lambda t: t[:used] if t.shape.rank else t, target)
+        return cut, target
+
+    rows = tf.data.Dataset.from_tensor_slices((encoded.features, encoded.targets))
+
+    def epoch(index):
+        ds = rows.shuffle(len(encoded), seed=EPOCH_SEED_STRIDE * seed + index)
+        return ds.map(trim, num_parallel_calls=tf.data.AUTOTUNE)
+
+    return epoch_batches(
+        epoch, lengths, batch_size, task.sequence_length, padding, epochs, first_epoch, bucket_width
+    )
+
+
+def _generated_dataset(task, rows, batch_size, seed, epochs, first_epoch, bucket_width):
+    """`train_dataset` of `Rows`: each epoch's rows made in an order of its own."""
+    row_spec = tf.TensorSpec([None], tf.int32)
+    target_spec = {name: tf.TensorSpec([], tf.int32) for name in rows.targets}
+
+    def generate(index):
+        for row in np.random.default_rng([seed, index]).permutation(len(rows.lengths)):
+            yield rows.row(row)
+
+    def epoch(index):
+        return tf.data.Dataset.from_generator(
+            lambda: generate(index),
+            output_signature=({name: row_spec for name in ENCODER_INPUTS}, target_spec),
+        )
+
+    padding = {name: tf.constant(task.target_padding, tf.int32) for name in rows.targets}
+    return epoch_batches(
+        epoch, rows.lengths, batch_size, task.sequence_length, padding, epochs, first_epoch, bucket_width
+    )
+
+
+def eval_dataset(task, encoded, batch_size):
+    """`encoded`'s learned rows with their targets as `(features, targets)` batches
+    of similar length, each cut to its width (`batches_by_length`), targets
+    with a sequence axis too if the task `reads_sequence`: for metrics that
+    add up over batches (`fit`'s validation), not in the rows' order.
+    """
+    encoded = _learned_rows(encoded)
+    batches = list(batches_by_length(encoded.features, batch_size, task.sequence_length))
+
+    def cut(index, width):
+        features = {name: encoded.features[name][index, :width] for name in ENCODER_INPUTS}
+        targets = tf.nest.map_structure(
+            lambda t: t[index, :width] if task.reads_sequence and t.ndim > 1 else t[index],
+            encoded.targets,
+        )
+        return features, targets
+
+    row_spec = tf.TensorSpec([None, None], tf.int32)
+    target_spec = tf.nest.map_structure(
+        lambda t: tf.TensorSpec((None,) * t.ndim, tf.as_dtype(t.dtype)), cut(*batches[0])[1]
+    )
+    ds = tf.data.Dataset.from_generator(
+        lambda: (cut(index, width) for index, width in batches),
+        output_signature=({name: row_spec for name in ENCODER_INPUTS}, target_spec),
+    )
+    # A known count: Keras warns of data running out on a dataset of unknown size.
+    ds = ds.apply(tf.data.experimental.assert_cardinality(len(batches)))
+    return without_autotune(ds.prefetch(tf.data.AUTOTUNE))
+
+
+def _learned_rows(encoded):
+    """`encoded` without the rows its `learned` mask leaves out."""
+    if encoded.learned is None or encoded.learned.all():
+        return encoded
+    keep = np.asarray(encoded.learned, bool)
+    return Encoded(
+        {name: value[keep] for name, value in encoded.features.items()},
+        tf.nest.map_structure(lambda t: np.asarray(t)[keep], encoded.targets),
+        encoded.example_of_row[keep],
+    )
+
+
+def epoch_batches(
+    epoch, lengths, batch_size, sequence_length, target_padding, epochs=1, first_epoch=0,
+    bucket_width=None,
+):
+    """Training batches, epoch after epoch: `(dataset, batches_per_epoch)`.
+
+    Args:
+        epoch: callable(int) -> tf.data.Dataset of `(features, targets)` rows
+            in that epoch's order, each cut to its used length.
+        lengths: int array. Every row's used length, in any order.
+        batch_size: int.
+        sequence_length: int. The longest row.
+        target_padding: the targets' structure of scalar tensors that pad them.
+        epochs, first_epoch: ints. The dataset holds epochs `first_epoch` ..
+            `epochs - 1`, each batched on its own.
+        bucket_width: int or None. None: batches in the epoch's order, each
+            padded to its longest row. An int: rows of similar length batched
+            together, each batch padded to a multiple of it (or to
+            `sequence_length`).
+
+    The count is exact, since each bucket gives ceil(size / batch_size)
+    batches whatever the order.
+    """
+    padding_values = ({name: 0 for name in ENCODER_INPUTS}, target_padding)
+    if bucket_width is None:
+        batches = -(-len(lengths) // batch_size)
+
+        def batched(index):
+            return epoch(index).padded_batch(batch_size, padding_values=padding_values)
+    else:
+        boundaries = list(range(bucket_width + 1, sequence_length + 1, bucket_width)) + [sequence_length + 1]
+        bucket_sizes = np.bincount(np.searchsorted(boundaries, lengths, side="right"))
+        batches = int(sum(-(-int(size) // batch_size) for size in bucket_sizes))
+
+        def batched(index):
+            return epoch(index).bucket_by_sequence_length(
+                lambda features, target: tf.shape(features["token_ids"])[0],
+                bucket_boundaries=boundaries,
+                bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
+                pad_to_bucket_boundary=True,
+                padding_values=padding_values,
+            )
+
+    ds = batched(first_epoch)
+    for index in range(first_epoch + 1, epochs):
+        ds = ds.concatenate(batched(index))
+    ds = ds.apply(tf.data.experimental.assert_cardinality(batches * (epochs - first_epoch)))
+    return without_autotune(ds.prefetch(tf.data.AUTOTUNE)), batches
