@@ -15,7 +15,7 @@ from kbert.export import savedmodel
 from kbert.export.graph import GRAPH_TOLERANCE
 from kbert.export.onnx import ONNX_OPSET
 from kbert.export.options import QUANTIZATIONS
-from kbert.tasks.base import FLOAT_TOLERANCE
+from kbert.export.serving_base import FLOAT_TOLERANCE
 from kbert.modelfolder import ModelFolder
 from tests.test_export_units import DEV_CSV, TRAIN_CSV, make_model_folder
 

@@ -26,7 +26,7 @@ or null answer, and answers whole space-separated words. So its answers are
 held to those rules, not to kbert's: on questions and contexts in ASCII, its
 inputs are kbert's first window at length 384, and its best answer must be
 the pair its rules pick from the Keras model's logits there
-(`emulation`); its logits are the Keras model's within `kbert.tasks.base.FLOAT_TOLERANCE`
+(`emulation`); its logits are the Keras model's within `kbert.export.serving_base.FLOAT_TOLERANCE`
 (the LiteRT interpreter on the same file). Its EM/F1, against the gold
 answers and against `kbert predict`'s, are reported as they come.
 """

@@ -8,8 +8,7 @@ their logits and by whether they give every question the Keras model's answer.
 
 import numpy as np
 
-from kbert.export.serving_base import Serving
-from kbert.tasks.base import FLOAT_TOLERANCE
+from kbert.export.serving_base import FLOAT_TOLERANCE, Serving
 from kbert.tasks.question_answering import best_score
 
 

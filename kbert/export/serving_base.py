@@ -10,7 +10,9 @@ and whose outputs are one row each; `kbert.export.serving` adapts the rest.
 
 import numpy as np
 
-from kbert.tasks.base import FLOAT_TOLERANCE
+# A float32 artefact computes what Keras computes in another order: outputs
+# agree to ~1e-6, so 1e-4 flags a wrong op, not rounding.
+FLOAT_TOLERANCE = 1e-4
 
 
 class Serving:

@@ -9,8 +9,7 @@ compares tag probabilities where both give them.
 import numpy as np
 
 from kbert.config import ENCODER_INPUTS
-from kbert.export.serving_base import Serving
-from kbert.tasks.base import FLOAT_TOLERANCE
+from kbert.export.serving_base import FLOAT_TOLERANCE, Serving
 from kbert.tasks.inference import softmax
 from kbert.tasks.token_classification import FLOAT_F1_BUDGET, word_offsets
 

@@ -3,7 +3,8 @@
 Adding a task is one module, its tests, and one line in `TASKS`.
 """
 
-from kbert.tasks.base import Encoded, Option, Rows, Task
+from kbert.tasks.base import Task
+from kbert.tasks.records import Encoded, Option, Rows
 from kbert.tasks.question_answering import QuestionAnswering
 from kbert.tasks.sentence_embedding import SentenceEmbedding
 from kbert.tasks.text_classification import TextClassification

@@ -1,105 +1,33 @@
 """`Task`: everything that differs between BERT's tasks, behind one interface.
 
 A task owns its data format, preprocessing, head, loss and metrics, what it
-stores in the model folder, what `predict` prints, its serving signature and
-the figure an exported artefact is judged by. The trainers
-(`kbert.training.finetune`, `kbert.training.distill`), the model folder
-(`kbert.modelfolder`), the exporter (`kbert.export`) and the command line
-ask the task and never test its name. A task rests on `kbert.models` and `kbert.text` only.
+stores in the model folder and what `predict` prints. The trainers batch
+its rows (`kbert.training.batching`), the exporter serves it through its
+adapter (`kbert.export.serving`), and neither, nor the model folder or the
+command line, tests its name. A task rests on `kbert.models` and `kbert.text` only.
 
 The life of a task instance:
 
     examples = Task.read(path, options)            # list of dicts, each with "line"
     settings = Task.learn(examples, path)          # what training data teaches (labels)
     task = Task(tokenizer, sequence_length, **settings)
-    encoded = task.encode(examples)                # int32 features, targets, rows -> examples
+    encoded = task.encode(examples)                # `Encoded`: features, targets, rows -> examples
     model = task.build_model(encoder, dtype)       # inputs: ENCODER_INPUTS
-    outputs = {name: array}                        # the model's outputs on encoded.features
+    outputs = task.run(model, encoded.features)    # {name: array} keyed by task.outputs
     predictions = task.decode(examples, encoded, outputs)
     task.evaluate(examples, predictions)           # {"n": ..., metric: ...}
 
-A model's outputs are always handled as a dict keyed by `task.outputs`. The
-export path recomputes the encoder with converter-friendly ops and calls
-`task.head` on it, so a task's head must be made of Keras layers that `head`
-can call on TensorFlow tensors.
+The export path recomputes the encoder with converter-friendly ops and calls
+`task.head` on it, so a head must be Keras layers callable on TensorFlow tensors.
 """
-
-import dataclasses
-
-import numpy as np
-
-from kbert.config import ENCODER_INPUTS
 from kbert.tasks import inference
 
 # Examples tokenized per call of the preprocessor in `encode`.
 ENCODE_CHUNK = 1024
-# A float32 artefact computes what Keras computes in another order: outputs
-# agree to ~1e-6, so 1e-4 flags a wrong op, not rounding.
-FLOAT_TOLERANCE = 1e-4
 # A quantized artefact may lose this much of the task's metric (a fraction:
 # accuracy, Spearman) against the Keras model: 0.1 point for float16, half a
 # point for the int8 schemes.
 METRIC_BUDGETS = {"fp16": 0.001, "dynamic": 0.005, "int8": 0.005, "16x8": 0.005}
-
-
-@dataclasses.dataclass(frozen=True)
-class Option:
-    """A data option a task takes (a `--flag` of finetune, evaluate and predict).
-
-    Options of the same `name` in several tasks mean the same thing.
-    """
-
-    name: str
-    help: str
-    default: object = None
-    # The values it may take (checked when the command line is parsed), or None.
-    choices: tuple = None
-
-
-@dataclasses.dataclass
-class Encoded:
-    """Examples as model inputs.
-
-    Attributes:
-        features: dict of int32 `(rows, sequence_length)` arrays named `ENCODER_INPUTS`.
-        targets: array or dict of arrays, one per row, or None without targets.
-        example_of_row: int `(rows,)`: the example each row comes from (tasks
-            that window long inputs have several rows per example).
-        extra: what the task's `decode` needs besides (offsets, windows).
-        learned: bool `(rows,)`: the rows a model learns from (training and
-            validation), or None for all (question answering leaves out
-            the windows of questions whose answer cannot be found).
-    """
-
-    features: dict
-    targets: object = None
-    example_of_row: np.ndarray = None
-    extra: object = None
-    learned: np.ndarray = None
-
-    def __post_init__(self):
-        if self.example_of_row is None:
-            self.example_of_row = np.arange(len(self.features[ENCODER_INPUTS[0]]))
-
-    def __len__(self):
-        return len(self.example_of_row)
-
-
-@dataclasses.dataclass
-class Rows:
-    """Training rows made one at a time (`Task.training_rows`), for sets too big to hold packed.
-
-    Attributes:
-        lengths: int `(rows,)`. Each row's used length.
-        row: callable(int) -> `(features, targets)`: the row's int32 1-D
-            arrays named `ENCODER_INPUTS`, and a dict of int32 scalars
-            named `targets`.
-        targets: the names of the targets.
-    """
-
-    lengths: np.ndarray
-    row: object
-    targets: tuple
 
 
 class Task:
@@ -122,6 +50,8 @@ class Task:
     # True if the head reads `sequence_output` (every position); else the
     # export graph computes only [CLS] in the last block.
     reads_sequence = False
+    # What pads per-token targets in padded batches (ignored by the loss).
+    target_padding = 0
     # The string inputs of the SavedModel's `serving_default`.
     text_inputs = ("text",)
     # The figure artefacts are judged by (`evaluate`'s key; higher is better),
@@ -187,6 +117,7 @@ class Task:
         default: nothing.
         """
         return {}
+
     @classmethod
     def pretrained_settings(cls, checkpoint, options):
         """The settings of this task on a pretrained encoder, for a task that needs no training.
@@ -224,9 +155,6 @@ class Task:
         made one at a time for sets too big to hold packed
         (`kbert.training.batching` batches either)."""
         return self.encode(examples)
-
-    # What pads per-token targets in padded batches (ignored by the loss).
-    target_padding = 0
 
     # === Model ===
 
@@ -272,24 +200,6 @@ class Task:
                 teacher's takes `1 - alpha`.
         """
         raise ValueError(f"task {self.name!r} cannot be distilled yet (kbert distill)")
-
-    def hard_weights(self, encoded):
-        """float32 `(rows,)`: 1 for a row whose gold target the student learns, 0 for a row
-        it learns from the teacher's outputs alone (every encoded row has a target here)."""
-        return np.ones(len(encoded), np.float32)
-
-    def distillation_targets(self, targets, teacher_outputs, hard_weight):
-        """What `distillation_loss` compares the student's outputs with.
-
-        Args:
-            targets: the task's targets of the rows (`encode`'s).
-            teacher_outputs: dict. The teacher's outputs on the rows (`run`'s).
-            hard_weight: float32 `(rows,)`. 1 for a labelled row, 0 for an
-                unlabelled one.
-        """
-        from kbert.tasks.distillation import distillation_targets
-
-        return distillation_targets(targets, teacher_outputs[self.outputs[0]], hard_weight)
 
     # === Inference ===
 

@@ -36,7 +36,8 @@ import numpy as np
 from kbert.config import ENCODER_INPUTS
 from kbert.recipes import Recipe
 from kbert.tasks import squad, squad_eval, squad_text
-from kbert.tasks.base import ENCODE_CHUNK, Encoded, Option, Rows, Task
+from kbert.tasks.base import ENCODE_CHUNK, Task
+from kbert.tasks.records import Encoded, Option, Rows
 from kbert.tasks.inference import softmax
 
 OPTIONS = (
@@ -332,19 +333,6 @@ class QuestionAnswering(Task):
         from kbert.tasks.distillation import SpanDistillationLoss
 
         return SpanDistillationLoss(temperature, alpha, self.outputs, PADDING_LOGIT)
-
-    def distillation_targets(self, targets, teacher_outputs, hard_weight):
-        """The gold start and end (`encode`'s), the teacher's `(rows, length, 2)` logits."""
-        from kbert.tasks.distillation import distillation_targets
-
-        teacher = np.stack([teacher_outputs[name] for name in self.outputs], axis=-1)
-        return distillation_targets(targets, teacher, hard_weight)
-
-    def hard_weights(self, encoded):
-        """0 for the rows of a question whose answer run_squad.py cannot find (fine-tuning
-        skips them; a student learns them from the teacher alone)."""
-        questions = encoded.extra["questions"]
-        return np.array([0.0 if questions[q].skipped else 1.0 for q in encoded.example_of_row], np.float32)
 
     def head(self, model, encoder_outputs, features, encode=None):
         return _span_logits(model.get_layer("qa_outputs")(encoder_outputs["sequence_output"]), features["padding_mask"])

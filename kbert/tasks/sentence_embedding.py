@@ -27,7 +27,8 @@ import os
 import numpy as np
 
 from kbert.config import POOLINGS
-from kbert.tasks.base import METRIC_BUDGETS, Option
+from kbert.tasks.base import METRIC_BUDGETS
+from kbert.tasks.records import Option
 from kbert.tasks.inference import run_by_length
 from kbert.tasks.text_task import TextTask
 from kbert.tasks.text_pair_classification import PAIR_OPTIONS

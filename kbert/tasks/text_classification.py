@@ -15,7 +15,7 @@ the start, as Hugging Face, keras-hub and MediaPipe's on-device tokenizer do.
 """
 
 from kbert.recipes import Recipe
-from kbert.tasks.base import Option
+from kbert.tasks.records import Option
 from kbert.tasks.classification import ClassificationTask
 
 # `BertPacker`'s strategies (kbert.text.packer.TRUNCATE_STRATEGIES), named

@@ -10,7 +10,7 @@ as GLUE reports MRPC and QQP.
 """
 
 from kbert.recipes import Recipe
-from kbert.tasks.base import Option
+from kbert.tasks.records import Option
 from kbert.tasks.classification import ClassificationTask
 
 # GLUE's binary tasks call the positive class "1" and report its F1.

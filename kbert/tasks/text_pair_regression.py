@@ -19,7 +19,8 @@ import sys
 import numpy as np
 
 from kbert.recipes import Recipe
-from kbert.tasks.base import METRIC_BUDGETS, Option
+from kbert.tasks.base import METRIC_BUDGETS
+from kbert.tasks.records import Option
 from kbert.tasks.text_task import TextTask
 from kbert.tasks.text_pair_classification import PAIR_OPTIONS
 

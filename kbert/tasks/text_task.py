@@ -4,7 +4,8 @@ import numpy as np
 
 from kbert.config import ENCODER_INPUTS
 from kbert.tabular import read_table
-from kbert.tasks.base import ENCODE_CHUNK, Encoded, Task
+from kbert.tasks.base import ENCODE_CHUNK, Task
+from kbert.tasks.records import Encoded
 
 
 class TextTask(Task):

@@ -39,7 +39,8 @@ import numpy as np
 
 from kbert.config import ENCODER_INPUTS
 from kbert.recipes import Recipe
-from kbert.tasks.base import ENCODE_CHUNK, Encoded, Option, Task
+from kbert.tasks.base import ENCODE_CHUNK, Task
+from kbert.tasks.records import Encoded, Option
 from kbert.tasks.inference import batches_by_length, check_rows, run_full_length, softmax
 from kbert.tasks.conll import read_conll, read_jsonl
 from kbert.tasks.tagging import (

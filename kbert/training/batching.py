@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from kbert.config import ENCODER_INPUTS
-from kbert.tasks.base import Encoded
+from kbert.tasks.records import Encoded
 from kbert.tasks.inference import BUCKET_WIDTH, batches_by_length
 from kbert.text.datasets import without_autotune
 

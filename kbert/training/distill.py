@@ -46,6 +46,7 @@ from kbert.modelfolder import (
 from kbert.models import bert_encoder
 from kbert.recipes import DISTILLATION
 from kbert.tasks import Encoded
+from kbert.tasks.distillation import distillation_targets
 from kbert.training.batching import batched_dataset, training_bucket_width
 from kbert.training.distribute import compile_for_strategy
 from kbert.training.finetune import (
@@ -402,11 +403,14 @@ def teacher_targets(teacher, task, examples, unlabelled, batch_size, log):
 
     The teacher's outputs are computed once, in inference mode. Unlabelled
     rows get placeholder targets (zeros) of hard-loss weight 0, as do the rows
-    the task has no usable target for (`Task.hard_weights`).
+    the task does not learn from (`Encoded.learned`: question answering's
+    windows of questions whose answer cannot be found).
     """
     encoded = task.encode(examples)
     features, targets = encoded.features, encoded.targets
-    hard_weight = task.hard_weights(encoded)
+    hard_weight = np.ones(len(encoded), np.float32)
+    if encoded.learned is not None:
+        hard_weight = encoded.learned.astype(np.float32)
     if unlabelled:
         extra = task.encode(unlabelled, targets=False)
         features = {name: np.concatenate([features[name], extra.features[name]]) for name in features}
@@ -418,4 +422,8 @@ def teacher_targets(teacher, task, examples, unlabelled, batch_size, log):
     start = time.perf_counter()
     outputs = teacher.outputs(features, batch_size=batch_size)
     log(f"teacher: outputs on {len(hard_weight)} rows in {time.perf_counter() - start:.1f} s")
-    return Encoded(features, task.distillation_targets(targets, outputs, hard_weight))
+    # The teacher's outputs as the task's loss reads them: its one output, or
+    # several stacked on a last axis (question answering's start and end logits).
+    teacher = [outputs[name] for name in task.outputs]
+    teacher = teacher[0] if len(teacher) == 1 else np.stack(teacher, axis=-1)
+    return Encoded(features, distillation_targets(targets, teacher, hard_weight))
