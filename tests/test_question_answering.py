@@ -33,6 +33,7 @@ from kbert import BertConfig
 from kbert.cli import main
 from kbert.export.serving import serving_for
 from kbert.tasks import squad, squad_eval, squad_text
+from kbert.tasks.squad_oracle import oracle_outputs
 from kbert.training.batching import eval_dataset, train_dataset
 from tests.task_harness import load_tool, task_instance, write_task_folder
 
@@ -380,7 +381,7 @@ def test_gold_spans_as_logits_answer_every_answerable_question(which, settings, 
     task = qa_task(**settings)
     examples = task.read(NORMANS if which == "normans" else cmrc_path)
     encoded = task.encode(examples, targets=False)
-    outputs, statuses = task.oracle_outputs(examples, encoded)
+    outputs, statuses = oracle_outputs(task, examples, encoded)
     assert collections.Counter(statuses) == expected
     predictions = task.decode(examples, encoded, outputs)
     for example, prediction, status in zip(examples, predictions, statuses):

@@ -35,10 +35,10 @@ import numpy as np
 
 from kbert.config import ENCODER_INPUTS
 from kbert.recipes import Recipe
-from kbert.tasks import squad, squad_eval, squad_text
-from kbert.tasks.base import ENCODE_CHUNK, Task
+from kbert.tasks import squad, squad_eval
+from kbert.tasks.base import Task
+from kbert.tasks.squad_features import pack_row, prepare, question_rows, train_figures
 from kbert.tasks.records import Encoded, Option, Rows
-from kbert.tasks.inference import softmax
 
 OPTIONS = (
     Option("doc_stride", "pieces between the starts of a long context's windows", squad.DOC_STRIDE),
@@ -176,92 +176,13 @@ class QuestionAnswering(Task):
 
     # === Preprocessing ===
 
-    def prepare(self, examples, targets=True):
-        """run_squad.py's features of `examples`, compactly: one `Question` each.
-
-        Tokenizes `ENCODE_CHUNK` questions at a time, each distinct context
-        once.
-
-        Raises:
-            ValueError: naming the question id whose question leaves no room
-                for the context in the sequence, or whose context has no
-                WordPiece.
-        """
-        contexts = {}
-        questions = []
-        for chunk_start in range(0, len(examples), ENCODE_CHUNK):
-            chunk = examples[chunk_start : chunk_start + ENCODE_CHUNK]
-            new = sorted({e["context"] for e in chunk} - contexts.keys())
-            contexts.update(zip(new, squad_text.tokenize_contexts(self.tokenizer, new)))
-            queries = squad_text.tokenize(self.tokenizer, [e["question"] for e in chunk])
-            answerable = [e for e in chunk if targets and e["answers"]]
-            answer_ids = dict(zip(
-                [id(e) for e in answerable],
-                squad_text.tokenize(self.tokenizer, [e["answers"][0]["text"] for e in answerable]),
-            ))
-            for example, query in zip(chunk, queries):
-                questions.append(self._question(example, query, contexts[example["context"]], targets, answer_ids))
-        return questions
-
-    def _question(self, example, query, context, targets, answer_ids):
-        query = query[: self.max_query_length]
-        room = self.sequence_length - len(query) - 3  # [CLS] question [SEP] context [SEP]
-        if room < 1:
-            raise ValueError(
-                f"question {example['id']!r}: its {len(query)} pieces (--max-query-length "
-                f"{self.max_query_length}) with [CLS] and two [SEP] leave no room for the context "
-                f"in --seq-len {self.sequence_length}"
-            )
-        if not len(context):
-            raise ValueError(f"question {example['id']!r}: the context has no WordPiece")
-        span = None
-        if targets and example["answers"]:
-            # run_squad.py trains on the first answer.
-            span = squad.answer_token_span(context, example["answers"][0], answer_ids[id(example)])
-        return Question(
-            query=np.asarray(query, np.int32),
-            context=context,
-            windows=squad.doc_windows(len(context), room, self.doc_stride),
-            target=None if not targets else (-1, -1) if not example["answers"] else span,
-            answer=example["answers"][0]["text"] if targets and example["answers"] else None,
-        )
-
-    def row(self, question, window):
-        """The packed row of one window: `(token_ids, segment_ids, (start, end))`.
-
-        The target points at [CLS] for an unanswerable question and for a
-        window that does not hold the whole answer (run_squad.py); None
-        without a target.
-        """
-        start, length = question.windows[window]
-        tokenizer = self.tokenizer
-        offset = len(question.query) + 2
-        ids = np.concatenate([
-            [tokenizer.cls_id], question.query, [tokenizer.sep_id],
-            question.context.ids[start : start + length], [tokenizer.sep_id],
-        ]).astype(np.int32)
-        segments = (np.arange(len(ids)) >= offset).astype(np.int32)
-        target = None
-        if question.target is not None:
-            first, last = question.target
-            inside = first >= start and last <= start + length - 1
-            target = (first - start + offset, last - start + offset) if first >= 0 and inside else (0, 0)
-        return ids, segments, target
-
-    def _rows(self, questions, trainable_only=False):
-        return np.array(
-            [(q, w) for q, question in enumerate(questions)
-             if not (trainable_only and question.skipped) for w in range(len(question.windows))],
-            np.int64,
-        ).reshape(-1, 2)
-
     def encode(self, examples, targets=True):
-        questions = self.prepare(examples, targets)
-        rows = self._rows(questions)
+        questions = prepare(self, examples, targets)
+        rows = question_rows(questions)
         features = {name: np.zeros((len(rows), self.sequence_length), np.int32) for name in ENCODER_INPUTS}
         starts, ends = np.zeros(len(rows), np.int32), np.zeros(len(rows), np.int32)
         for index, (q, w) in enumerate(rows):
-            ids, segments, target = self.row(questions[q], w)
+            ids, segments, target = pack_row(self.tokenizer, questions[q], w)
             features["token_ids"][index, : len(ids)] = ids
             features["segment_ids"][index, : len(ids)] = segments
             features["padding_mask"][index, : len(ids)] = 1
@@ -282,14 +203,15 @@ class QuestionAnswering(Task):
         answer run_squad.py cannot find are left out, and counted in
         `train_figures`.
         """
-        questions = self.prepare(examples)
-        rows = self._rows(questions, trainable_only=True)
+        questions = prepare(self, examples)
+        rows = question_rows(questions, learned_only=True)
         if not len(rows):
             raise ValueError("no training question is left once unfindable answers are skipped")
         self.train_figures = train_figures(questions, rows)
 
         def row(index):
-            ids, segments, (start, end) = self.row(*_question_and_window(questions, rows[index]))
+            q, w = rows[index]
+            ids, segments, (start, end) = pack_row(self.tokenizer, questions[q], int(w))
             features = {"token_ids": ids, "segment_ids": segments, "padding_mask": np.ones_like(ids)}
             return features, {"start_logits": np.int32(start), "end_logits": np.int32(end)}
 
@@ -370,7 +292,7 @@ class QuestionAnswering(Task):
                 for row, w in rows
             ]
             result = squad.best_answer(windows, self.n_best_size, self.max_answer_length, self.version_2_with_negative)
-            predictions.append(_prediction(question.context, result, self.n_best_size))
+            predictions.append(squad.nbest_prediction(question.context, result, self.n_best_size))
         return predictions
 
     def answer(self, prediction):
@@ -444,70 +366,6 @@ class QuestionAnswering(Task):
     def serving_request(self, example):
         return {"question": example["question"], "context": example["context"]}
 
-    def oracle_outputs(self, examples, encoded, peak=10.0):
-        """The logits a perfect model would give `encoded`'s rows, and what it can answer.
-
-        Every row scores 0 everywhere but, for an answerable question,
-        `peak` at the start and end pieces of its first gold answer that these
-        rules can give back (in every window that holds it whole); for an
-        unanswerable one, at [CLS].
-
-        Returns:
-            (dict of float32 `(rows, sequence_length)` arrays keyed by
-            `outputs`, list of str: each question's `ORACLE_STATUSES` entry).
-        """
-        questions = encoded.extra["questions"]
-        answer_ids = iter(squad_text.tokenize(self.tokenizer, [a["text"] for e in examples for a in e["answers"]]))
-        spans, statuses = [], []
-        for example, question in zip(examples, questions):
-            found = [(self._oracle_status(question, answer, next(answer_ids)), answer) for answer in example["answers"]]
-            usable = [span for (status, span), _ in found if status == "answerable"]
-            statuses.append("unanswerable" if not found else "answerable" if usable else found[0][0][0])
-            spans.append(usable[0] if usable else None)
-        start = np.zeros(encoded.features["token_ids"].shape, np.float32)
-        end = np.zeros_like(start)
-        for row, (q, w) in enumerate(zip(encoded.example_of_row, encoded.extra["windows"])):
-            if statuses[q] == "unanswerable":
-                start[row, 0] = end[row, 0] = peak
-            elif spans[q] is not None:
-                first, length = questions[q].windows[w]
-                offset = len(questions[q].query) + 2
-                if first <= spans[q][0] and spans[q][1] < first + length:
-                    start[row, spans[q][0] - first + offset] = peak
-                    end[row, spans[q][1] - first + offset] = peak
-        return {"start_logits": start, "end_logits": end}, statuses
-
-    def _oracle_status(self, question, answer, answer_ids):
-        """`(status, span)` of one gold answer (see `ORACLE_STATUSES`)."""
-        span = squad.answer_token_span(question.context, answer, answer_ids)
-        if span is None:
-            return "not found by run_squad.py", None
-        if _span_text(question.context, span) != answer["text"].strip():
-            return "changed by the tokenizer", None
-        if span[1] - span[0] + 1 > self.max_answer_length:
-            return "longer than max_answer_length", None
-        masks = squad.max_context(question.windows, len(question.context))
-        if not any(
-            first <= span[0] and span[1] < first + length and mask[span[0] - first]
-            for (first, length), mask in zip(question.windows, masks)
-        ):
-            return "not whole in its start's max-context window", None
-        return "answerable", span
-
-
-# What `oracle_outputs` says of each question: a perfect model answers the
-# first two; the others no model can answer under these rules.
-ORACLE_STATUSES = (
-    "answerable",
-    "unanswerable",
-    "not found by run_squad.py",  # its split() sees spaces the context's words do not have
-    "changed by the tokenizer",  # an answer inside a word ("Japan" in "Japanese")
-    "longer than max_answer_length",
-    # Counted only where its start has the most context (a long answer near a window's end).
-    "not whole in its start's max-context window",
-)
-
-
 def _span_logits(logits, padding_mask):
     """`start_logits` and `end_logits` from the `(batch, length, 2)` logits, padding at `PADDING_LOGIT`.
 
@@ -522,84 +380,12 @@ def _span_logits(logits, padding_mask):
     return {"start_logits": ops.where(padding, PADDING_LOGIT, start), "end_logits": ops.where(padding, PADDING_LOGIT, end)}
 
 
-class Question:
-    """One question as run_squad.py's features need it.
-
-    Attributes:
-        query: int32 array. The question's pieces, cut to `max_query_length`.
-        context: `squad_text.Context`, shared by the questions of a paragraph.
-        windows: list of `(start, length)` piece windows of the context.
-        target: `(start, end)` pieces of the first answer, `(-1, -1)` for an
-            unanswerable question, None for one whose answer run_squad.py
-            cannot find (skipped in training) or without targets.
-        answer: str or None. The first answer's text.
-        skipped: bool. No target.
-    """
-
-    __slots__ = ("query", "context", "windows", "target", "answer", "skipped")
-
-    def __init__(self, query, context, windows, target, answer=None):
-        self.query, self.context, self.windows = query, context, windows
-        self.target, self.answer = target, answer
-        self.skipped = target is None
-
-
-def train_figures(questions, rows):
-    """What `training_rows` made of the training questions (for metrics.json)."""
-    answerable = [q for q in questions if q.target != (-1, -1)]
-    return {
-        "train_questions": len(questions),
-        "train_questions_skipped": sum(q.skipped for q in questions),
-        "train_answerable": len(answerable),
-        # Trained on all the same, as run_squad.py does ("Japan" in "Japanese").
-        "train_answers_the_tokenizer_changed": sum(
-            not q.skipped and _span_text(q.context, q.target) != q.answer.strip() for q in answerable
-        ),
-        "train_rows": int(len(rows)),
-        "context_words_with_offset_fallback": sum({id(q.context): q.context.fallbacks for q in questions}.values()),
-    }
-
-
 def _integer(name, value, smallest):
     """An integer option's value (command-line values are strings); `ValueError` naming it."""
     text = str(value).strip()
     if isinstance(value, bool) or not text.lstrip("-").isdigit() or int(text) < smallest:
         raise ValueError(f"{name}={value!r}; expected an integer of at least {smallest}")
     return int(text)
-
-
-def _question_and_window(questions, row):
-    return questions[row[0]], int(row[1])
-
-
-def _span_text(context, span):
-    return context.text[context.piece_starts[span[0]] : context.piece_ends[span[1]]]
-
-
-def _prediction(context, result, n_best_size):
-    """run_squad.py's n-best list of one question: deduplicated by text, with
-    softmax probabilities; the best non-null entry and the null entry."""
-    nbest, seen = [], set()
-    for start, end, score in result["nbest"]:
-        if len(nbest) >= n_best_size:
-            break
-        text = "" if start is None else context.text[context.piece_starts[start] : context.piece_ends[end]]
-        if start is not None and text in seen:
-            continue
-        seen.add(text)
-        char_start = None if start is None else int(context.piece_starts[start])
-        char_end = None if start is None else int(context.piece_ends[end])
-        nbest.append({"text": text, "start": char_start, "end": char_end, "score": float(score)})
-    if result["null_score"] is not None and "" not in seen:
-        nbest.append({"text": "", "start": None, "end": None, "score": float(result["null_score"])})
-    for entry, probability in zip(nbest, softmax([entry["score"] for entry in nbest], np.float64)):
-        entry["probability"] = probability
-    best = next((entry for entry in nbest if entry["text"]), None)
-    null = next((entry for entry in nbest if not entry["text"]), None)
-    prediction = {"best": best, "null": null if result["null_score"] is not None else None, "null_score_diff": None}
-    if result["null_score"] is not None:
-        prediction["null_score_diff"] = float(result["null_score"]) - best["score"] if best else float("inf")
-    return prediction
 
 
 def _served_predictions(outputs):

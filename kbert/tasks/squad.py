@@ -25,6 +25,7 @@ import re
 import numpy as np
 
 from kbert.fileio import read_json
+from kbert.tasks import inference
 from kbert.tasks.squad_text import WORD_SEPARATORS, character_classes
 
 # run_squad.py's flags: --max_query_length, --doc_stride, --n_best_size,
@@ -304,3 +305,29 @@ def best_answer(rows, n_best_size, max_answer_length, version_2):
 def _best_indexes(logits, n_best_size):
     """The `n_best_size` highest logits' indexes, the lower index first on ties."""
     return np.argsort(-logits, kind="stable")[:n_best_size]
+
+
+def nbest_prediction(context, result, n_best_size):
+    """run_squad.py's n-best list of one question: deduplicated by text, with
+    softmax probabilities; the best non-null entry and the null entry."""
+    nbest, seen = [], set()
+    for start, end, score in result["nbest"]:
+        if len(nbest) >= n_best_size:
+            break
+        text = "" if start is None else context.text[context.piece_starts[start] : context.piece_ends[end]]
+        if start is not None and text in seen:
+            continue
+        seen.add(text)
+        char_start = None if start is None else int(context.piece_starts[start])
+        char_end = None if start is None else int(context.piece_ends[end])
+        nbest.append({"text": text, "start": char_start, "end": char_end, "score": float(score)})
+    if result["null_score"] is not None and "" not in seen:
+        nbest.append({"text": "", "start": None, "end": None, "score": float(result["null_score"])})
+    for entry, probability in zip(nbest, inference.softmax([entry["score"] for entry in nbest], np.float64)):
+        entry["probability"] = probability
+    best = next((entry for entry in nbest if entry["text"]), None)
+    null = next((entry for entry in nbest if not entry["text"]), None)
+    prediction = {"best": best, "null": null if result["null_score"] is not None else None, "null_score_diff": None}
+    if result["null_score"] is not None:
+        prediction["null_score_diff"] = float(result["null_score"]) - best["score"] if best else float("inf")
+    return prediction

@@ -47,6 +47,7 @@ from kbert.tasks.tagging import (
     AUTO, OUTSIDE, PREFIXES, SCHEMES, check_scheme, chunks, detect_scheme, entity_metrics, joined_tag,
     parse_scheme, split_tags, tag_parts,
 )
+from kbert.tasks.word_windows import word_part_ids, word_windows
 
 # The target of positions the loss and the metric ignore: [CLS], [SEP],
 # padding and every piece of a word (or of a word's part) but its first.
@@ -212,7 +213,7 @@ class TokenClassification(Task):
     def encode(self, examples, targets=True):
         """Windows of `examples`' pieces; `extra` says where each word's first piece went.
 
-        Each word is cut into parts (`_part_ids`: with `word_split` "raw", the
+        Each word is cut into parts (`word_part_ids`: with `word_split` "raw", the
         words raw text would give; else the word itself). Every part's first
         piece is trained on its tag (`split_tags`), which is the word's own
         for its first part; its other pieces are `IGNORED`.
@@ -227,7 +228,7 @@ class TokenClassification(Task):
         begins = range(0, len(examples), ENCODE_CHUNK)
         windowed, parts_of_word = [], []
         for begin in begins:
-            part_ids, counts = self._part_ids(examples[begin : begin + ENCODE_CHUNK])
+            part_ids, counts = word_part_ids(self.tokenizer, examples[begin : begin + ENCODE_CHUNK], self.word_split)
             windowed.append({key: value.numpy() for key, value in self.windows(part_ids).items()})
             parts_of_word.append(counts)
         first_row = np.cumsum([0] + [len(part["example_of_row"]) for part in windowed])
@@ -255,38 +256,9 @@ class TokenClassification(Task):
             target[part_row, part_position] = self._part_tag_ids(examples, counts)
         return Encoded(features, target, example_of_row, extra)
 
-    def _part_ids(self, examples):
-        """The pieces of each word's parts, `(examples, parts, pieces)`, and each word's number of parts.
-
-        With `word_split` "raw" a word's parts are the words
-        `WordPieceTokenizer.words_with_offsets` cuts it into, as it cuts raw
-        text, whose pieces are together the word's own; else the word is one
-        part. A word that gives no piece (all control characters, U+200B) is
-        one part, [UNK], so that it is tagged all the same.
-        """
-        import tensorflow as tf
-
-        words = [word for example in examples for word in example["words"]]
-        if self.word_split == "raw":
-            ids = self.tokenizer.words_with_offsets(words)[0]  # (words, parts, pieces)
-            counts = ids.row_lengths().numpy()
-            ids = ids.values
-        else:
-            ids = self.tokenizer(tf.constant(words, tf.string))
-            counts = np.ones(len(words), np.int64)
-        values, lengths = ids.flat_values.numpy(), ids.row_lengths().numpy()
-        partless = np.flatnonzero(counts == 0)
-        if partless.size:
-            lengths = np.insert(lengths, (np.cumsum(counts) - counts)[partless], 0)
-            counts = np.maximum(counts, 1)
-        empty = np.flatnonzero(lengths == 0)
-        if empty.size:
-            values = np.insert(values, (np.cumsum(lengths) - lengths)[empty], self.tokenizer.unk_id)
-            lengths = np.maximum(lengths, 1)
-        per_part = tf.RaggedTensor.from_row_lengths(values.astype(np.int32), lengths)
-        part_splits = np.concatenate([[0], np.cumsum(counts)])
-        word_splits = np.cumsum([0] + [len(example["words"]) for example in examples])
-        return tf.RaggedTensor.from_row_splits(per_part, part_splits[word_splits]), counts
+    def windows(self, word_ids):
+        """`word_windows` of this task's length, stride and packer (TensorFlow ops)."""
+        return word_windows(word_ids, self.sequence_length, self.stride, self.preprocessor.packer)
 
     def _part_tag_ids(self, examples, counts):
         """The tag id of every part of every word (`split_tags`), in order.
@@ -305,54 +277,6 @@ class TokenClassification(Task):
                 split = [word_ids[word]] + [IGNORED] * (len(split) - 1)
             ids[first[word] : first[word] + counts[word]] = split
         return ids
-
-    def windows(self, word_ids):
-        """Packed windows over each example's pieces, and where each word is read from.
-
-        TensorFlow ops only: `encode` and the SavedModel share it.
-
-        Args:
-            word_ids: int32 `RaggedTensor` `(examples, words, pieces)`, every
-                word at least one piece.
-
-        Returns:
-            dict: `ENCODER_INPUTS` `(rows, sequence_length)`, `example_of_row`
-            `(rows,)`, and over all words in order `word_row` and
-            `word_position`: the row and position of the word's first piece in
-            the window where it has the most context.
-        """
-        import tensorflow as tf
-
-        budget = self.sequence_length - 2
-        pieces = word_ids.merge_dims(1, 2)
-        counts = pieces.row_lengths()
-        windows = 1 + tf.maximum(tf.constant(0, tf.int64), -(-(counts - budget) // self.stride))
-        example_of_row = tf.repeat(tf.range(tf.size(counts, out_type=tf.int64)), windows)
-        start = tf.ragged.range(windows).flat_values * self.stride
-        length = tf.minimum(tf.constant(budget, tf.int64), tf.gather(counts, example_of_row) - start)
-        first = tf.gather(pieces.row_starts(), example_of_row) + start
-        index = tf.ragged.range(first, first + length)
-        features = self.preprocessor.packer(tf.gather(pieces.flat_values, index))
-
-        # google-research/bert's max context, min(left, right) + 0.01 * length,
-        # times 100 so that it is exact; the first window wins a tie.
-        row = index.value_rowids()
-        offset = index.flat_values - tf.gather(first, row)
-        length_of = tf.gather(length, row)
-        score = 100 * tf.minimum(offset, length_of - 1 - offset) + length_of
-        total = tf.size(pieces.flat_values, out_type=tf.int64)
-        best = tf.math.unsorted_segment_max(score, index.flat_values, total)
-        rows = tf.size(example_of_row, out_type=tf.int64)
-        candidate = tf.where(score == tf.gather(best, index.flat_values), row, rows)
-        best_row = tf.math.unsorted_segment_min(candidate, index.flat_values, total)
-        word_first = word_ids.values.row_starts()
-        word_row = tf.gather(best_row, word_first)
-        return {
-            **features,
-            "example_of_row": example_of_row,
-            "word_row": word_row,
-            "word_position": word_first - tf.gather(first, word_row) + 1,  # after [CLS]
-        }
 
     # === Model ===
 

@@ -107,6 +107,8 @@ def cmrc_without_bad_answers(folder):
 def oracle(args):
     import collections
 
+    from kbert.tasks.squad_oracle import oracle_outputs
+
     figures = {}
     with tempfile.TemporaryDirectory() as tmp:
         runs = (
@@ -118,7 +120,7 @@ def oracle(args):
             task = qa_task(**settings)
             examples = task.read(path)
             encoded = task.encode(examples, targets=False)
-            outputs, statuses = task.oracle_outputs(examples, encoded)
+            outputs, statuses = oracle_outputs(task, examples, encoded)
             predictions = task.decode(examples, encoded, outputs)
             metrics = task.evaluate(examples, predictions)
             answerable = [i for i, s in enumerate(statuses) if s in ("answerable", "unanswerable")]
