@@ -12,6 +12,11 @@ ACTIVATIONS = ("gelu", "gelu_approximate", "relu")
 # The poolings of token vectors into a text's vector (`kbert.models.bert_embedder`):
 # sentence-transformers' mean, CLS and max modes.
 POOLINGS = ("mean", "cls", "max")
+# The logit of padding positions in a span head (`kbert.models.heads.SpanHead`),
+# the encoder's own attention-mask bias (`kbert.export.graph.MASK_BIAS`): out
+# of the softmax, so a row cut to its batch's width and the same row padded to
+# the full length give the same loss, and every runtime gives the same logits.
+PADDING_LOGIT = -10000.0
 
 
 @dataclasses.dataclass(frozen=True)

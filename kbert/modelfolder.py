@@ -157,7 +157,8 @@ class ModelFolder:
                 f"{paths[VOCAB_FILE]} has {len(loaded.vocabulary)} tokens; the model has "
                 f"vocab_size={loaded.config.vocab_size}"
             )
-        loaded.task.check_model(model, source)
+        loaded.model = with_head_layer(model, loaded.task)
+        loaded.task.check_model(loaded.model, source)
         return loaded
 
     @classmethod
@@ -363,3 +364,30 @@ def _settings_source(folder, settings):
     if "format" in settings:
         return os.path.join(folder, SETTINGS_FILE)
     return os.path.join(folder, LEGACY_LABELS_FILE)
+
+
+def with_head_layer(model, task):
+    """`model`, or if it was written before heads were one layer, the task's model
+    rebuilt around its encoder with its head's weights.
+
+    Models saved before `kbert.models.heads` keep their head as loose layers
+    ("logits", "qa_outputs", "cross_score", "cosine_score"); the task's head
+    layer holds sublayers of the same names, so each weight moves to the one
+    of the same path under "head/". A weight with no place raises.
+    """
+    from kbert.models.heads import HEAD_LAYER
+
+    if any(layer.name == HEAD_LAYER for layer in model.layers):
+        return model
+    rebuilt = task.build_model(model.get_layer("bert_encoder"), dtype=model.dtype_policy.name)
+    places = {variable.path.split("/", 1)[1]: variable for variable in rebuilt.get_layer(HEAD_LAYER).weights}
+    encoder_weights = {id(variable) for variable in model.get_layer("bert_encoder").weights}
+    for variable in model.weights:
+        if id(variable) in encoder_weights:
+            continue
+        if variable.path not in places:
+            raise ValueError(f"model {model.name!r}: weight {variable.path!r} has no place in the task's head")
+        places.pop(variable.path).assign(variable.value)
+    if places:
+        raise ValueError(f"model {model.name!r}: no weight for the head's {sorted(places)}")
+    return rebuilt

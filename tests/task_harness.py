@@ -49,20 +49,16 @@ def write_task_folder(
     spread (confident outputs, so that quantization noise seldom flips them).
     """
     from kbert.modelfolder import write_model_folder
+    from kbert.models.heads import HEAD_LAYER, DenseHead
 
     task = task_instance(name, settings, sequence_length)
     model = task.build_model(config, dtype=dtype)
     rng = np.random.default_rng(seed)
     for variable in model.weights:
         variable.assign(variable.numpy() + rng.normal(0, 0.05, variable.shape))
-    for output in task.outputs:
-        try:
-            layer = model.get_layer(output)
-        except ValueError:
-            continue
-        if not hasattr(layer, "kernel"):  # a sum of terms (text-pair-regression's cross-cosine)
-            continue
-        layer.kernel.assign(rng.normal(0, 2.0, layer.kernel.shape))
+    head = model.get_layer(HEAD_LAYER)
+    if isinstance(head, DenseHead):  # labels, tags or a score
+        head.dense.kernel.assign(rng.normal(0, 2.0, head.dense.kernel.shape))
     folder_settings = {
         "bert_config": config.to_dict(),
         "sequence_length": sequence_length,

@@ -119,7 +119,7 @@ model = build()
 model.set_weights(initial)
 distribute.compile_for_strategy(model, None, jit_compile=True, **compile_kwargs())
 got = train(model)
-kernel = model.get_layer("logits").kernel.value
+kernel = model.get_layer("head").dense.kernel.value
 print("RESULT " + json.dumps({
     "max_diff": max_diff(expected, got),
     "moved": max_diff(initial, got),

@@ -133,7 +133,7 @@ def test_fine_tuning_follows_keras_hubs_step_for_step(unpadded):
     theirs = keras_hub.models.BertTextClassifier(
         to_keras_hub(ours.get_layer("bert_encoder")), 3, preprocessor=None, dropout=0.0
     )
-    theirs.get_layer("logits").set_weights(ours.get_layer("logits").get_weights())
+    theirs.get_layer("logits").set_weights(ours.get_layer("head").dense.get_weights())
     assert train_on_real_tokens(ours, unpadded) == config.num_layers
     rng = np.random.default_rng(1)
     batches = [(inputs(batch=4, length=7), rng.integers(0, 3, 4).astype("int32"))] * 8

@@ -49,7 +49,7 @@ def tiny_folder(tmp_path_factory, vocabulary):
     model = task.build_model(config)
     # Untrained logits are all near 0; spread them so the classes' probabilities
     # differ and a wrong input shows in the scores.
-    kernel = model.get_layer("logits").kernel
+    kernel = model.get_layer("head").dense.kernel
     kernel.assign(np.random.default_rng(0).normal(0, 1, kernel.shape).astype("float32"))
     settings = {"bert_config": config.to_dict(), "sequence_length": SEQ_LEN, "lowercase": True}
     folder = str(tmp_path_factory.mktemp("tiny") / "model")

@@ -260,7 +260,7 @@ def broken_folder(tmp_path_factory):
         tmp_path_factory.mktemp("broken") / "model", "text-classification", {"labels": ["a", "b"]}, TINY
     )
     model = keras.saving.load_model(os.path.join(folder, MODEL_FILE), compile=False)
-    kernel = model.get_layer("logits").kernel
+    kernel = model.get_layer("head").dense.kernel
     kernel.assign(np.full(kernel.shape, np.nan, "float32"))
     model.save(os.path.join(folder, MODEL_FILE))
     return folder

@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 from kbert.cli import main
+from kbert.config import ENCODER_INPUTS
 from kbert.export.graph import GRAPH_TOLERANCE, model_outputs
 from kbert.export.serving import serving_for
 from kbert.modelfolder import ModelFolder
@@ -262,8 +263,6 @@ def test_cross_cosine_head_reads_each_text_as_sentence_transformers_does():
     """The cosine term of an untrained cross-cosine regressor (scale 1, offset 0) on
     packed pairs of the reference sentences is the cosine of sentence-transformers'
     embeddings of the two sentences (reference outputs), and the export graph's too."""
-    import keras
-
     from kbert.checkpoints import load_hf_checkpoint
 
     reference_dir = os.path.join(REPO, "tests", "data", "minilm_reference")
@@ -278,10 +277,13 @@ def test_cross_cosine_head_reads_each_text_as_sentence_transformers_does():
                 for i, j in zip(first, second)]
     features = task.encode(examples, targets=False).features
     assert features["padding_mask"][:, -1].sum() == 0  # no pair truncated
-    # One pass gives the cosine term, the cross term and their sum.
-    terms = keras.Model(model.inputs, [model.get_layer(name).output
-                                       for name in ("cosine_score", "cross_score")] + [model.output])
-    got, cross, score = (values[:, 0] for values in terms.predict(features, verbose=0))
+    # The head's terms, from its own layers: the cosine, the cross score, and their sum.
+    head, encoder = model.get_layer("head"), model.get_layer("bert_encoder")
+    segments = model.get_layer("pair_segments")(*(features[name] for name in ENCODER_INPUTS))
+    vectors = head.unit(head.pool(encoder(segments)["sequence_output"], padding_mask=segments["padding_mask"]))
+    got = np.asarray(head.cosine(vectors))[:, 0]
+    cross = np.asarray(head.cross(encoder(features)["pooled_output"]))[:, 0]
+    score = model.predict(features, verbose=0)[:, 0]
     expected = np.sum(embeddings[list(first)] * embeddings[list(second)], axis=-1)
     assert np.abs(got - expected).max() < 1e-5
     np.testing.assert_allclose(score, got + cross, atol=1e-6)
@@ -296,7 +298,7 @@ def test_pair_regression_head_is_chosen_when_training(tmp_path, capsys):
     settings["task_settings"] = {}
     json.dump(settings, open(os.path.join(legacy, "kbert.json"), "w"))
     loaded = ModelFolder.load(legacy)
-    assert loaded.task.head_name == "cross" and loaded.model.get_layer("score").kernel.shape == (32, 1)
+    assert loaded.task.head_name == "cross" and loaded.model.get_layer("head").dense.kernel.shape == (32, 1)
     data = _pairs(tmp_path / "dev.tsv", [("A cat sat.", "A cat is sitting.", "4.5"), ("a", "b", "0")])
     assert main(["evaluate", "--model", legacy, "--data", data]) == 0
     assert main(["evaluate", "--model", legacy, "--data", data, "--head", "cross-cosine"]) == 2

@@ -26,8 +26,8 @@ quantizer has no int32 tensor it cannot calibrate. onnxruntime's fusions need
 the per-layer form, so the ONNX graph keeps it.
 
 `encoder_outputs` computes the encoder this way; `model_outputs` then calls
-the task's head (`Task.head`, the model's own float32 head layers) on it,
-and gives the head the same pass for any other rows it reads.
+the model's own head layer (`kbert.models.heads`) on it, with the same pass
+over each text of a pair for a head that reads them apart.
 The last block computes [CLS] alone for TFLite only when the head reads the
 pooled output alone (`Task.reads_sequence`).
 
@@ -71,12 +71,21 @@ def model_outputs(task, model, features, target="onnx"):
     """
     if target not in ("onnx", "tflite"):
         raise ValueError(f"target={target!r}; expected 'onnx' or 'tflite'")
+    from kbert.models.heads import HEAD_LAYER
+    from kbert.tasks.inference import output_dict
+
     encoder = task_encoder(model)
+    head = model.get_layer(HEAD_LAYER)
     first_token_only = target == "tflite" and not task.reads_sequence
     outputs = encoder_outputs(encoder, features, target, first_token_only)
-    return task.head(
-        model, outputs, features, encode=lambda rows: encoder_outputs(encoder, rows, target)
-    )
+    if getattr(head, "reads_pair_segments", False):
+        # Each text of the pair alone, through the same encoder.
+        segments = model.get_layer("pair_segments")(
+            features["token_ids"], features["segment_ids"], features["padding_mask"]
+        )
+        outputs["segment_sequence_output"] = encoder_outputs(encoder, segments, target)["sequence_output"]
+        features = {**features, "segment_padding_mask": segments["padding_mask"]}
+    return output_dict(head(outputs, features), task.outputs)
 
 
 def encoder_outputs(encoder, features, target="onnx", first_token_only=False):

@@ -3,11 +3,9 @@
 
 import keras
 
-from kbert.layers import CosineScore, L2Normalization, MaskedMeanPooling, PairSegments
+from kbert.layers import PairSegments
 from kbert.models.encoder import as_encoder, encoder_inputs, rewire_encoder
-
-# Dropout before the classification head, as in the BERT paper's fine-tuning.
-DEFAULT_HEAD_DROPOUT = 0.1
+from kbert.models.heads import DEFAULT_HEAD_DROPOUT, HEAD_LAYER, DenseHead, PairCosineHead
 
 
 def bert_classifier(
@@ -48,7 +46,7 @@ def bert_regressor(encoder_or_config, dropout=DEFAULT_HEAD_DROPOUT, dtype=None, 
 
     Returns:
         A `keras.Model` from the encoder inputs to `(batch, 1)` float32 scores;
-        the output layer is named "score".
+        its head's Dense layer is named "score".
     """
     return _pooled_head(encoder_or_config, 1, "score", dropout, dtype, name)
 
@@ -75,24 +73,20 @@ def bert_pair_regressor(
 
     Returns:
         A `keras.Model` from the encoder inputs to `(batch, 1)` float32
-        scores. Its head layers: "cross_score" (the linear output),
-        "pair_segments", "segment_pooling", "segment_normalize",
-        "cosine_score" and "score" (their sum).
+        scores: the layer "pair_segments", the encoder, and the head
+        (`kbert.models.heads.PairCosineHead`, named "head").
     """
-    low, high = (float(value) for value in score_range)
     encoder = as_encoder(encoder_or_config, dtype=dtype)
     inputs = encoder_inputs()
-    cross = _linear_output(encoder(inputs)["pooled_output"], 1, "cross_score", dropout, dtype)
     segments = PairSegments(dtype="int32", name="pair_segments")(
         inputs["token_ids"], inputs["segment_ids"], inputs["padding_mask"]
     )
-    vectors = MaskedMeanPooling(dtype="float32", name="segment_pooling")(
-        encoder(segments)["sequence_output"], padding_mask=segments["padding_mask"]
-    )
-    vectors = L2Normalization(dtype="float32", name="segment_normalize")(vectors)
-    # A cosine of 0 maps to the lowest score, of 1 to the highest.
-    cosine = CosineScore(scale=high - low, offset=low, dtype="float32", name="cosine_score")(vectors)
-    score = keras.layers.Add(dtype="float32", name="score")([cross, cosine])
+    encoder_outputs = {
+        "pooled_output": encoder(inputs)["pooled_output"],
+        "segment_sequence_output": encoder(segments)["sequence_output"],
+    }
+    head = PairCosineHead(score_range, dropout, dropout_dtype=dtype, name=HEAD_LAYER)
+    score = head(encoder_outputs, {**inputs, "segment_padding_mask": segments["padding_mask"]})
     return keras.Model(inputs=inputs, outputs=score, name=name)
 
 
@@ -101,17 +95,5 @@ def _pooled_head(encoder_or_config, units, output_name, dropout, dtype, name):
     # model trains them) but computes only [CLS] in its last block.
     encoder = rewire_encoder(as_encoder(encoder_or_config, dtype=dtype), first_token_only=True)
     inputs = encoder_inputs()
-    outputs = _linear_output(encoder(inputs)["pooled_output"], units, output_name, dropout, dtype)
-    return keras.Model(inputs=inputs, outputs=outputs, name=name)
-
-
-def _linear_output(pooled, units, output_name, dropout, dtype):
-    """Dropout, then a Dense of `units` on the pooled [CLS] vector, BERT's fine-tuning head."""
-    pooled = keras.layers.Dropout(dropout, dtype=dtype, name="classifier_dropout")(pooled)
-    # The head stays float32 so outputs and loss are float32 under mixed precision.
-    return keras.layers.Dense(
-        units,
-        kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
-        dtype="float32",
-        name=output_name,
-    )(pooled)
+    head = DenseHead(units, output_name, "pooled_output", dropout, dropout_dtype=dtype, name=HEAD_LAYER)
+    return keras.Model(inputs=inputs, outputs=head(encoder(inputs), inputs), name=name)

@@ -2,17 +2,8 @@
 
 import keras
 
-from kbert.config import POOLINGS
-from kbert.layers import FirstTokenPooling, L2Normalization, MaskedMaxPooling, MaskedMeanPooling
 from kbert.models.encoder import as_encoder, encoder_inputs
-
-POOLING_LAYERS = dict(zip(POOLINGS, (MaskedMeanPooling, FirstTokenPooling, MaskedMaxPooling)))
-NORMALIZE_LAYER = "l2_normalize"
-
-
-def pooling_layer_name(pooling):
-    """The name of `bert_embedder`'s pooling layer for `pooling`."""
-    return f"{pooling}_pooling"
+from kbert.models.heads import HEAD_LAYER, PoolingHead
 
 
 def bert_embedder(encoder_or_config, dtype=None, pooling="mean", normalize=True, name="bert_embedder"):
@@ -30,17 +21,9 @@ def bert_embedder(encoder_or_config, dtype=None, pooling="mean", normalize=True,
     Returns:
         A `keras.Model` from the encoder inputs to `(batch, hidden)` float32
         vectors, equal to sentence-transformers' `encode(...)` for the same
-        pooling and normalisation. Its layers `<pooling>_pooling` and, with
-        `normalize`, `l2_normalize` form the head.
+        pooling and normalisation; its head is a `kbert.models.heads.PoolingHead`.
     """
-    if pooling not in POOLING_LAYERS:
-        raise ValueError(f"pooling={pooling!r}; expected one of {', '.join(POOLING_LAYERS)}")
     encoder = as_encoder(encoder_or_config, dtype=dtype)
     inputs = encoder_inputs()
-    sequence = encoder(inputs)["sequence_output"]
-    embeddings = POOLING_LAYERS[pooling](dtype="float32", name=pooling_layer_name(pooling))(
-        sequence, padding_mask=inputs["padding_mask"]
-    )
-    if normalize:
-        embeddings = L2Normalization(dtype="float32", name=NORMALIZE_LAYER)(embeddings)
-    return keras.Model(inputs=inputs, outputs=embeddings, name=name)
+    head = PoolingHead(pooling, normalize, name=HEAD_LAYER)
+    return keras.Model(inputs=inputs, outputs=head(encoder(inputs), inputs), name=name)

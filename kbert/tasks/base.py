@@ -17,8 +17,9 @@ The life of a task instance:
     predictions = task.decode(examples, encoded, outputs)
     task.evaluate(examples, predictions)           # {"n": ..., metric: ...}
 
-The export path recomputes the encoder with converter-friendly ops and calls
-`task.head` on it, so a head must be Keras layers callable on TensorFlow tensors.
+A task's model is the encoder and one head layer (`kbert.models.heads`, named
+"head"); the export path recomputes the encoder with converter-friendly ops
+and calls that layer on it.
 """
 from kbert.tasks import inference
 
@@ -159,29 +160,12 @@ class Task:
     # === Model ===
 
     def build_model(self, encoder_or_config, dtype=None):
-        """The task's model on `ENCODER_INPUTS`; its head computes in float32."""
+        """The task's model on `ENCODER_INPUTS`: the encoder and a head layer named
+        "head" (`kbert.models.heads`) that computes in float32."""
         raise NotImplementedError
 
     def compile_args(self):
         """`loss` and `metrics` for `model.compile`."""
-        raise NotImplementedError
-
-    def head(self, model, encoder_outputs, features, encode=None):
-        """The head of `model` on encoder outputs computed elsewhere.
-
-        Args:
-            model: keras.Model from `build_model`.
-            encoder_outputs: dict with `sequence_output` and `pooled_output`
-                (float32 TensorFlow tensors).
-            features: the encoder inputs.
-            encode: callable(features) -> encoder outputs, the same pass on
-                other rows (full sequences), for a head that reads more
-                rows than the model's input (`text-pair-regression`'s texts
-                apart).
-
-        Returns:
-            dict of `outputs`, float32.
-        """
         raise NotImplementedError
 
     # === Distillation (`kbert distill`) ===

@@ -85,9 +85,6 @@ class ClassificationTask(TextTask):
             "metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         }
 
-    def head(self, model, encoder_outputs, features, encode=None):
-        return {"logits": model.get_layer("logits")(encoder_outputs["pooled_output"])}
-
     def distillation_loss(self, temperature, alpha):
         from kbert.tasks.distillation import SoftTargetLoss
 

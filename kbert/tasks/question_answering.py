@@ -33,7 +33,7 @@ format is a `.tflite` for the TFLite Task Library's `BertQuestionAnswerer`
 
 import numpy as np
 
-from kbert.config import ENCODER_INPUTS
+from kbert.config import ENCODER_INPUTS, PADDING_LOGIT
 from kbert.recipes import Recipe
 from kbert.tasks import squad, squad_eval
 from kbert.tasks.base import Task
@@ -68,9 +68,6 @@ _INTEGER_OPTIONS = {"doc_stride": 1, "max_query_length": 1, "max_answer_length":
 SUMMARY = ("exact_match", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "n")
 # The offset outputs' value for no answer.
 NO_OFFSET = -1
-# The logit of a padding position: the encoder's own attention-mask bias
-# (`kbert.export.graph.MASK_BIAS`), far below any real logit.
-PADDING_LOGIT = -10000.0
 
 
 class QuestionAnswering(Task):
@@ -224,19 +221,14 @@ class QuestionAnswering(Task):
         import keras
 
         from kbert.models.encoder import as_encoder, encoder_inputs, rewire_encoder
+        from kbert.models.heads import HEAD_LAYER, SpanHead
 
         encoder = rewire_encoder(as_encoder(encoder_or_config, dtype=dtype), first_token_only=False)
         # The span head reads every position, never the pooled [CLS] vector.
         encoder.get_layer("pooler").trainable = False
         inputs = encoder_inputs()
-        # Float32, so that logits and loss are float32 under mixed precision.
-        logits = keras.layers.Dense(
-            2,
-            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
-            dtype="float32",
-            name="qa_outputs",
-        )(encoder(inputs)["sequence_output"])
-        return keras.Model(inputs, _span_logits(logits, inputs["padding_mask"]), name="bert_question_answering")
+        head = SpanHead(name=HEAD_LAYER)
+        return keras.Model(inputs, head(encoder(inputs), inputs), name="bert_question_answering")
 
     def compile_args(self):
         import keras
@@ -255,9 +247,6 @@ class QuestionAnswering(Task):
         from kbert.tasks.distillation import SpanDistillationLoss
 
         return SpanDistillationLoss(temperature, alpha, self.outputs, PADDING_LOGIT)
-
-    def head(self, model, encoder_outputs, features, encode=None):
-        return _span_logits(model.get_layer("qa_outputs")(encoder_outputs["sequence_output"]), features["padding_mask"])
 
     # === Inference ===
 
@@ -365,20 +354,6 @@ class QuestionAnswering(Task):
 
     def serving_request(self, example):
         return {"question": example["question"], "context": example["context"]}
-
-def _span_logits(logits, padding_mask):
-    """`start_logits` and `end_logits` from the `(batch, length, 2)` logits, padding at `PADDING_LOGIT`.
-
-    With padding out of the softmax, a training row cut to its batch's width and the
-    same row padded to the full length give the same loss, and every runtime
-    gives the same padded logits.
-    """
-    from keras import ops
-
-    padding = ops.equal(padding_mask, 0)
-    start, end = ops.unstack(logits, 2, axis=-1)
-    return {"start_logits": ops.where(padding, PADDING_LOGIT, start), "end_logits": ops.where(padding, PADDING_LOGIT, end)}
-
 
 def _integer(name, value, smallest):
     """An integer option's value (command-line values are strings); `ValueError` naming it."""

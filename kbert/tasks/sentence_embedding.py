@@ -178,15 +178,6 @@ class SentenceEmbedding(TextTask):
     def compile_args(self):
         raise ValueError(f"task {self.name!r} needs no training")
 
-    def head(self, model, encoder_outputs, features, encode=None):
-        from kbert.models.embedder import NORMALIZE_LAYER, pooling_layer_name
-
-        pooling = model.get_layer(pooling_layer_name(self.pooling))
-        vectors = pooling(encoder_outputs["sequence_output"], padding_mask=features["padding_mask"])
-        if self.normalize:
-            vectors = model.get_layer(NORMALIZE_LAYER)(vectors)
-        return {"embedding": vectors}
-
     # === Inference ===
 
     def run(self, model, features, batch_size=64):

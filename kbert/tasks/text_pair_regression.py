@@ -157,7 +157,7 @@ class TextPairRegression(TextTask):
     def check_model(self, model, source):
         if model.output.shape[-1] != 1:
             raise ValueError(f"{source}: the model has {model.output.shape[-1]} outputs; expected 1")
-        has_cosine = any(layer.name == "cosine_score" for layer in model.layers)
+        has_cosine = any(layer.name == "pair_segments" for layer in model.layers)
         if has_cosine != (self.head_name == "cross-cosine"):
             raise ValueError(
                 f"{source}: the settings name the {self.head_name!r} head but the model "
@@ -181,20 +181,6 @@ class TextPairRegression(TextTask):
             "loss": keras.losses.MeanSquaredError(),
             "metrics": [keras.metrics.RootMeanSquaredError(name="rmse")],
         }
-
-    def head(self, model, encoder_outputs, features, encode=None):
-        if self.head_name == "cross":
-            return {"score": model.get_layer("score")(encoder_outputs["pooled_output"])}
-        cross = model.get_layer("cross_score")(encoder_outputs["pooled_output"])
-        segments = model.get_layer("pair_segments")(
-            features["token_ids"], features["segment_ids"], features["padding_mask"]
-        )
-        vectors = model.get_layer("segment_pooling")(
-            encode(segments)["sequence_output"], padding_mask=segments["padding_mask"]
-        )
-        vectors = model.get_layer("segment_normalize")(vectors)
-        cosine = model.get_layer("cosine_score")(vectors)
-        return {"score": model.get_layer("score")([cross, cosine])}
 
     def distillation_loss(self, temperature, alpha):
         """`alpha * MSE(gold) + (1 - alpha) * MSE(teacher's score)`; a score has no temperature."""

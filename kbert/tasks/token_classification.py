@@ -283,24 +283,16 @@ class TokenClassification(Task):
     def build_model(self, encoder_or_config, dtype=None):
         import keras
 
-        from kbert.models.classifier import DEFAULT_HEAD_DROPOUT
         from kbert.models.encoder import as_encoder, encoder_inputs
+        from kbert.models.heads import HEAD_LAYER, DenseHead
 
         encoder = as_encoder(encoder_or_config, dtype=dtype)
         # The tagger reads every position, never the pooled [CLS] vector: left
         # trainable, the pooler would get no gradient (and Keras warns of it).
         encoder.get_layer("pooler").trainable = False
         inputs = encoder_inputs()
-        sequence = encoder(inputs)["sequence_output"]
-        sequence = keras.layers.Dropout(DEFAULT_HEAD_DROPOUT, dtype=dtype, name="tagger_dropout")(sequence)
-        # Float32, so that logits and loss are float32 under mixed precision.
-        logits = keras.layers.Dense(
-            len(self.tags),
-            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
-            dtype="float32",
-            name="logits",
-        )(sequence)
-        return keras.Model(inputs=inputs, outputs=logits, name="bert_token_classifier")
+        head = DenseHead(len(self.tags), "logits", "sequence_output", dropout_dtype=dtype, name=HEAD_LAYER)
+        return keras.Model(inputs=inputs, outputs=head(encoder(inputs), inputs), name="bert_token_classifier")
 
     def compile_args(self):
         import keras
@@ -309,9 +301,6 @@ class TokenClassification(Task):
             "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORED),
             "metrics": [tagged_accuracy_class()(name="accuracy")],
         }
-
-    def head(self, model, encoder_outputs, features, encode=None):
-        return {"logits": model.get_layer("logits")(encoder_outputs["sequence_output"])}
 
     def distillation_loss(self, temperature, alpha):
         """Per tagged token (each word's first piece), as the fine-tuning loss counts them."""
