@@ -4,6 +4,7 @@ import json
 import os
 import platform
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -334,6 +335,9 @@ def test_tflite_int8_has_int8_matmuls(tmp_path):
     from kbert.export import tflite
     from kbert.export.graph import FEED_FORWARD_OUTPUT
 
+    # A fixed draw: over untrained draws the argmax agreement ranges 0.91-1.0
+    # (8 seeds), and an unseeded one could land under the bar by chance.
+    keras.utils.set_random_seed(0)
     task = classifier_task()
     model = task.build_model(TINY.replace(vocab_size=50, initializer_range=0.2))
     source = str(tmp_path / "source")

@@ -123,8 +123,7 @@ def export_model(
     folder = _load_model_folder(model_dir, task, options, sequence_length)
     task = folder.task
     plan = _plan(task, formats, quantizations, log)
-    options = {**(folder.settings.get("options") or {}), **{k: v for k, v in (options or {}).items() if v is not None}}
-    task.use_options(options)
+    options = folder.use_options(options)
     examples = task.read(data, options)[:max_examples]
     task.check(examples, data)
     calibration_set = None
