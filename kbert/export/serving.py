@@ -11,7 +11,7 @@ texts in, one row of outputs each), or adds its own adapter to `ADAPTERS`.
 import numpy as np
 
 from kbert.export.serving_answers import AnswerServing
-from kbert.export.serving_base import Serving
+from kbert.export.serving_base import Bound, Serving
 from kbert.export.serving_tokens import TokenServing
 from kbert.tasks import (
     QuestionAnswering,
@@ -81,6 +81,11 @@ class EmbeddingServing(Serving):
     """One vector a text, every text of a pair its own row; judged by cosines."""
 
     on_device = "text_embedder"
+    # Float32: every vector at cosine MIN_COSINE or more from Keras's. Quantized:
+    # Spearman, which a vector's sign or scale does not change, and the vectors
+    # near Keras's on average.
+    float_bounds = (Bound("min_cosine", MIN_COSINE, at_least=True),)
+    quantized_bounds = (Bound("mean_cosine", QUANTIZED_MIN_MEAN_COSINE, at_least=True),)
 
     def strings(self, examples):
         """Every text of `examples`, one per row of `encode`."""
@@ -96,21 +101,6 @@ class EmbeddingServing(Serving):
             "min_cosine": float(cosines.min()),
             "mean_cosine": float(cosines.mean()),
         }
-
-    def judge(self, entry, reference_figures):
-        """Float32: every vector at cosine `MIN_COSINE` or more from Keras's.
-
-        Quantized: at most `budgets` of Spearman lost, and a mean cosine of
-        `QUANTIZED_MIN_MEAN_COSINE` or more.
-        """
-        if entry["quantization"] == "none":
-            entry["budget"] = f"min_cosine >= {MIN_COSINE:g}"
-            entry["passed"] = entry["min_cosine"] >= MIN_COSINE
-            return entry
-        self.judge_metric(entry, reference_figures)
-        entry["budget"] += f", mean_cosine >= {QUANTIZED_MIN_MEAN_COSINE:g}"
-        entry["passed"] = entry["passed"] and entry["mean_cosine"] >= QUANTIZED_MIN_MEAN_COSINE
-        return entry
 
 
 # Each task class's adapter class; a subclass without its own takes its nearest

@@ -8,11 +8,32 @@ model's and judged. This base fits tasks whose examples are one or two texts
 and whose outputs are one row each; `kbert.export.serving` adapts the rest.
 """
 
+import dataclasses
+
 import numpy as np
 
 # A float32 artefact computes what Keras computes in another order: outputs
 # agree to ~1e-6, so 1e-4 flags a wrong op, not rounding.
 FLOAT_TOLERANCE = 1e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """One figure of an artefact's report entry held to a limit: at most `limit`, or at
+    least it (`at_least`). A figure the entry lacks takes `missing`."""
+
+    figure: str
+    limit: float
+    at_least: bool = False
+    missing: float = None
+
+    def holds(self, entry):
+        value = entry.get(self.figure)
+        value = self.missing if value is None else value
+        return value >= self.limit if self.at_least else value <= self.limit
+
+    def text(self):
+        return f"{self.figure} {'>=' if self.at_least else '<='} {self.limit:g}"
 
 
 class Serving:
@@ -121,25 +142,45 @@ class Serving:
         """
         return {}
 
+    # What an artefact must keep, judged by `judge`: bounds on the figures of
+    # its report entry, for float32 artefacts and on top of the metric's
+    # budget for quantized ones.
+    float_bounds = (Bound("max_abs_diff", FLOAT_TOLERANCE),)
+    quantized_bounds = ()
+    # A float32 artefact's metric may move this much either way (a fraction;
+    # rounding may flip a near tie), or None: not judged.
+    float_metric_change = None
+    # Whether the task's metric is in points already (SQuAD's scripts' F1).
+    metric_in_points = False
+
     def judge(self, entry, reference_figures):
-        """Sets `entry["budget"]` and `entry["passed"]`.
-
-        A float32 artefact must agree within `FLOAT_TOLERANCE`; a quantized one
-        may lose at most the task's `budgets[quantization]` of its `metric`.
-        """
-        if entry["quantization"] == "none":
-            entry["budget"] = f"max_abs_diff <= {FLOAT_TOLERANCE:g}"
-            entry["passed"] = entry["max_abs_diff"] <= FLOAT_TOLERANCE
-            return entry
-        return self.judge_metric(entry, reference_figures)
-
-    def judge_metric(self, entry, reference_figures):
-        """A quantized artefact's judgement: at most `budgets[quantization]` of `metric` lost."""
+        """Sets `entry["budget"]` and `entry["passed"]`: the adapter's bounds, and for a
+        quantized artefact at most the task's `budgets[quantization]` of its `metric` lost."""
         task = self.task
-        budget = task.budgets[entry["quantization"]]
-        drop = reference_figures[task.metric] - entry[task.metric]
-        entry["metric_drop"] = round(task.metric_scale * drop, 6)
-        unit = " points" if task.metric_scale == 100 else ""
-        entry["budget"] = f"{task.metric} drop <= {task.metric_scale * budget:g}{unit}"
-        entry["passed"] = bool(drop <= budget + 1e-9)
+        float32 = entry["quantization"] == "none"
+        bounds = self.float_bounds if float32 else self.quantized_bounds
+        texts = [bound.text() for bound in bounds]
+        passed = all(bound.holds(entry) for bound in bounds)
+        scale, unit = self._metric_units()
+        change = None
+        if not float32:
+            budget = task.budgets[entry["quantization"]]
+            texts.insert(0, f"{task.metric} drop <= {scale * budget:g}{unit}")
+            change, limit = reference_figures[task.metric] - entry[task.metric], budget
+        elif self.float_metric_change is not None:
+            texts.append(f"{task.metric} within {scale * self.float_metric_change:g}{unit}")
+            change = reference_figures[task.metric] - entry[task.metric]
+            limit = self.float_metric_change
+        if change is not None:
+            entry["metric_drop"] = round(scale * change, 6)
+            passed = passed and (abs(change) if float32 else change) <= limit + 1e-9
+        entry["budget"] = ", ".join(texts)
+        entry["passed"] = bool(passed)
         return entry
+
+    def _metric_units(self):
+        """`(scale, unit)` of the metric in budgets: 100 and " points" for a fraction
+        shown in points, 1 and " points" for points already, else 1 and ""."""
+        if self.task.metric_scale == 100:
+            return 100, " points"
+        return 1, " points" if self.metric_in_points else ""
