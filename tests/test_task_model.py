@@ -1,5 +1,5 @@
-"""kbert.training.task_model.TaskModel: raw texts into fit and predict, saved whole, the
-same training as `kbert finetune`, and a model folder the CLI takes."""
+"""kbert.training.task_model.TaskModel: raw inputs into fit and predict, saved whole, the
+same training as `kbert finetune`, and a model folder the CLI takes; for every task."""
 
 import csv
 
@@ -94,5 +94,134 @@ def test_pairs_and_bad_inputs(tiny):
         pairs.predict(TEXTS)
     with pytest.raises(ValueError, match="label index 5 is out of range"):
         pairs.fit((TEXTS[:2], TEXTS[2:4]), [0, 5], epochs=1)
-    with pytest.raises(ValueError, match="does not take texts"):
+    with pytest.raises(ValueError, match="takes no labels="):
         TaskModel.from_checkpoint(str(tiny / "bert"), task="token-classification", labels=["O"])
+
+
+# === Token classification, question answering, sentence embeddings ===
+
+TAGS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+WORDS = [
+    ["Anna", "flew", "to", "New", "York", "."],
+    ["Paris", "is", "far", "from", "Oslo", "."],
+    ["Bob", "met", "Anna", "Smith", "in", "Rome", "."],
+    ["It", "rained", "."],
+]
+WORD_TAGS = [
+    ["B-PER", "O", "O", "B-LOC", "I-LOC", "O"],
+    ["B-LOC", "O", "O", "O", "B-LOC", "O"],
+    ["B-PER", "O", "B-PER", "I-PER", "O", "B-LOC", "O"],
+    ["O", "O", "O"],
+]
+# Longer than one window of the tagger's 16 pieces: several rows, one answer.
+LONG_TEXT = "Anna and Bob flew from Paris to Oslo and then on to Rome, New York and Lima in the spring."
+CONTEXT = "Anna wrote the editor in Oslo in 1991. Bob wrote the game in Rome."
+QUESTIONS = [
+    {"question": "Who wrote the editor?", "context": CONTEXT},
+    {"question": "Where was the game written?", "context": CONTEXT},
+    {"question": "When did it rain?", "context": CONTEXT},
+]
+ANSWERS = [{"text": "Anna", "answer_start": 0}, {"text": "Rome", "answer_start": CONTEXT.index("Rome")}, None]
+
+
+def one_line_error(match, call, *args, **kwargs):
+    with pytest.raises(ValueError, match=match) as error:
+        call(*args, **kwargs)
+    assert "\n" not in str(error.value)
+
+
+def folder_outputs(path, x):
+    folder = ModelFolder.load(str(path))
+    examples = folder.task.examples_from_inputs(x)
+    return folder.task.run(folder.model, folder.task.encode(examples, targets=False).features)
+
+
+def test_token_classification_trains_saves_and_serves(tiny, tmp_path):
+    keras.utils.set_random_seed(0)
+    model = TaskModel.from_checkpoint(str(tiny / "bert"), task="token-classification", tags=TAGS,
+                                      sequence_length=16, dtype="float32")
+    assert model.task.scheme == "IOB2"
+    model.compile()
+    model.fit(WORDS, WORD_TAGS, epochs=2, batch_size=2, verbose=0)
+    x = [*WORDS, LONG_TEXT]  # word lists and raw texts both
+    logits = model.predict(WORDS)
+    assert logits.shape == (len(WORDS), 16, len(TAGS))
+    model.save(tmp_path / "tagger.keras")
+    loaded = keras.saving.load_model(tmp_path / "tagger.keras")
+    assert isinstance(loaded, TaskModel) and loaded.task.tags == TAGS
+    assert np.abs(loaded.predict(WORDS) - logits).max() <= 1e-6
+    assert np.abs(loaded.predict([LONG_TEXT]) - model.predict([LONG_TEXT])).max() <= 1e-6
+    answers = loaded.predict_labels(x)
+    assert len(answers) == len(x) and answers[0]["tokens"] == WORDS[0]
+    for entity in answers[-1]["entities"]:
+        assert LONG_TEXT[entity["start"] : entity["end"]] == entity["text"]
+    assert set(model.figures(WORDS, WORD_TAGS)) >= {"f1", "precision", "recall", "accuracy"}
+    model.save_folder(str(tmp_path / "folder"))
+    assert np.abs(folder_outputs(tmp_path / "folder", WORDS)["logits"] - logits).max() <= 1e-6
+
+
+def test_question_answering_trains_saves_and_serves(tiny, tmp_path):
+    keras.utils.set_random_seed(0)
+    model = TaskModel.from_checkpoint(str(tiny / "bert"), task="question-answering", sequence_length=24,
+                                      dtype="float32", version_2_with_negative=True, doc_stride=8)
+    model.compile()
+    model.fit(QUESTIONS, ANSWERS, epochs=2, batch_size=2, verbose=0)
+    outputs = model.predict(QUESTIONS)
+    assert sorted(outputs) == ["end_logits", "start_logits"]
+    assert len(outputs["start_logits"]) > len(QUESTIONS)  # the context in windows of 24 pieces
+    model.save(tmp_path / "reader.keras")
+    loaded = keras.saving.load_model(tmp_path / "reader.keras")
+    assert isinstance(loaded, TaskModel) and loaded.task.doc_stride == 8
+    pair = ([q["question"] for q in QUESTIONS], [q["context"] for q in QUESTIONS])
+    again = loaded.predict(pair)
+    assert max(np.abs(again[name] - outputs[name]).max() for name in outputs) <= 1e-6
+    answers = loaded.predict_labels(QUESTIONS)
+    assert [a["id"] for a in answers] == ["input-1", "input-2", "input-3"]
+    for answer in answers:
+        assert answer["answer"] is None or CONTEXT[answer["start"] : answer["end"]] == answer["answer"]
+    assert {"exact_match", "f1", "HasAns_f1", "NoAns_f1"} <= set(model.figures(QUESTIONS, ANSWERS))
+    loaded.fit(QUESTIONS, ANSWERS, epochs=1, batch_size=2, verbose=0)  # the task's compile, restored
+    model.save_folder(str(tmp_path / "folder"))
+    served = folder_outputs(tmp_path / "folder", QUESTIONS)
+    assert max(np.abs(served[name] - outputs[name]).max() for name in outputs) <= 1e-6
+
+
+def test_sentence_embeddings_are_the_cli_s(tiny, tmp_path):
+    model = TaskModel.from_checkpoint(str(tiny / "bert"), task="sentence-embedding")
+    folder = ModelFolder.from_pretrained(str(tiny / "bert"), "sentence-embedding")
+    vectors = model.predict(TEXTS)
+    assert vectors.shape == (len(TEXTS), 16)
+    assert np.abs(vectors - folder.embed(TEXTS)).max() <= 1e-6
+    cls = TaskModel.from_checkpoint(str(tiny / "bert"), task="sentence-embedding", pooling="cls", normalize=False)
+    by_cls = ModelFolder.from_pretrained(str(tiny / "bert"), "sentence-embedding",
+                                         {"pooling": "cls", "normalize": "false"})
+    assert np.abs(cls.predict(TEXTS) - by_cls.embed(TEXTS)).max() <= 1e-6
+    model.save(tmp_path / "embedder.keras")
+    assert np.abs(keras.saving.load_model(tmp_path / "embedder.keras").predict(TEXTS) - vectors).max() <= 1e-6
+    one_line_error("needs no training", model.fit, TEXTS, [0.0] * len(TEXTS))
+    one_line_error("has no model folder", model.save_folder, str(tmp_path / "folder"))
+
+
+def test_bad_inputs_give_one_line_errors(tiny):
+    bert = str(tiny / "bert")
+    one_line_error("needs tags=", TaskModel.from_checkpoint, bert, task="token-classification")
+    one_line_error("takes no pooling=", TaskModel.from_checkpoint, bert, task="question-answering", pooling="cls")
+    one_line_error("takes no labels=", TaskModel.from_checkpoint, bert, task="sentence-embedding", labels=2)
+    one_line_error("tag scheme 'BIO' is unknown", TaskModel.from_checkpoint, bert, task="token-classification",
+                   tags=TAGS, scheme="BIO")
+    tagger = TaskModel.from_checkpoint(bert, task="token-classification", tags=TAGS, sequence_length=16)
+    assert TaskModel.from_checkpoint(bert, task="token-classification", tags=["O", "S-X", "B-X", "I-X", "E-X"],
+                                     sequence_length=16).task.scheme == "BIOES"
+    one_line_error("x is a str", tagger.predict, "Anna flew to Oslo.")
+    one_line_error(r"x\[0\] is a raw text", tagger.fit, ["Anna flew."], [["B-PER", "O"]])
+    one_line_error(r"y\[0\] holds the tag 'B-ORG'", tagger.fit, [["Anna", "flew"]], [["B-ORG", "O"]])
+    one_line_error(r"y\[0\] is \['O'\]; expected a list of 2 tags", tagger.fit, [["Anna", "flew"]], [["O"]])
+    one_line_error(r"y\[0\]: 'I-PER' follows 'O'", tagger.fit, [["Anna", "flew"]], [["I-PER", "O"]])
+    one_line_error(r"x\[1\] is \[\]", tagger.predict, [["Anna"], []])
+    one_line_error("x holds no examples", tagger.predict, [])
+    reader = TaskModel.from_checkpoint(bert, task="question-answering", sequence_length=32)
+    one_line_error("version_2_with_negative=True", reader.fit, QUESTIONS[:1], [None])
+    one_line_error("is not at its answer_start=3", reader.fit, QUESTIONS[:1], [{"text": "Anna", "answer_start": 3}])
+    one_line_error("expected a list of", reader.predict, ["Who wrote the editor?"])
+    one_line_error("2 questions and 1 contexts", reader.predict, (["Who?", "Where?"], [CONTEXT]))
+    one_line_error("y holds 1 answers for 2 questions", reader.fit, QUESTIONS[:2], ANSWERS[:1])

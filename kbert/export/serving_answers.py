@@ -9,7 +9,7 @@ their logits and by whether they give every question the Keras model's answer.
 import numpy as np
 
 from kbert.export.serving_base import FLOAT_TOLERANCE, Bound, Serving
-from kbert.tasks.question_answering import best_score
+from kbert.tasks.squad import best_score
 
 
 class AnswerServing(Serving):

@@ -145,6 +145,11 @@ class Task:
         """Examples from raw strings on the command line (`kbert predict TEXT ...`)."""
         raise ValueError(f"task {self.name!r} takes a file (--input), not TEXT arguments")
 
+    def examples_from_inputs(self, x, y=None):
+        """Examples from Python values, as `kbert.TaskModel`'s `fit`, `evaluate` and
+        `predict` take them: inputs `x` and targets `y` (None: none), one per example."""
+        raise ValueError(f"task {self.name!r} takes no Python inputs; read its data with {type(self).__name__}.read")
+
     # === Preprocessing ===
 
     def encode(self, examples, targets=True):

@@ -66,8 +66,6 @@ RECIPE = Recipe(epochs=10, learning_rate=3e-4, batch_size=16, sequence_length=38
 _INTEGER_OPTIONS = {"doc_stride": 1, "max_query_length": 1, "max_answer_length": 1, "n_best_size": 1}
 # The figures worth a line in a log, in this order.
 SUMMARY = ("exact_match", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "n")
-# The offset outputs' value for no answer.
-NO_OFFSET = -1
 
 
 class QuestionAnswering(Task):
@@ -171,6 +169,49 @@ class QuestionAnswering(Task):
             for i in range(0, len(texts), 2)
         ]
 
+    def examples_from_inputs(self, x, y=None):
+        """Examples from Python values (`kbert.TaskModel`).
+
+        Args:
+            x: a list of `{"question", "context"}` dicts (an "id" string is
+                optional; default "input-N"), or a pair `(questions, contexts)`.
+            y: None, or one answer per question: `{"text", "answer_start"}`
+                (a character offset into its context), a list of them, or None
+                for no answer (SQuAD v2.0: `version_2_with_negative`).
+        """
+        if isinstance(x, (tuple, list)) and len(x) == 2 and all(
+            isinstance(column, (tuple, list, np.ndarray)) for column in x
+        ):
+            questions, contexts = (list(column) for column in x)
+            if len(questions) != len(contexts):
+                raise ValueError(f"x holds {len(questions)} questions and {len(contexts)} contexts; expected as many")
+            x = [{"question": q, "context": c} for q, c in zip(questions, contexts)]
+        if not isinstance(x, (tuple, list)) or not all(isinstance(item, dict) for item in x):
+            raise ValueError(
+                f'x is {x!r:.80}; expected a list of {{"question", "context"}} dicts or a pair (questions, contexts)'
+            )
+        if y is not None and len(y) != len(x):
+            raise ValueError(f"y holds {len(y)} answers for {len(x)} questions")
+        examples = []
+        for i, item in enumerate(x):
+            record = {"id": f"input-{i + 1}", **item}
+            if not isinstance(record["id"], str):
+                raise ValueError(f'x[{i}]: "id" is {record["id"]!r:.40}; expected a string')
+            if y is not None:
+                answers = [] if y[i] is None else [y[i]] if isinstance(y[i], dict) else y[i]
+                if not isinstance(answers, list):
+                    raise ValueError(
+                        f'y[{i}] is {y[i]!r:.80}; expected {{"text", "answer_start"}}, a list of them, or None'
+                    )
+                if not answers and not self.version_2_with_negative:
+                    raise ValueError(
+                        f"y[{i}] is no answer; this model answers every question "
+                        "(SQuAD v1.1): build it with version_2_with_negative=True"
+                    )
+                record.update(answers=answers, is_impossible=not answers)
+            examples.append(squad.parse_example(f"x[{i}]", record, record.get("context"), y is not None, i + 1))
+        return squad.checked_examples("x", examples, y is not None)
+
     # === Preprocessing ===
 
     def encode(self, examples, targets=True):
@@ -260,7 +301,7 @@ class QuestionAnswering(Task):
         which chose their answers themselves, give `answer` as they chose it.
         """
         if "answer" in outputs:
-            return _served_predictions(outputs)
+            return squad.served_predictions(outputs)
         questions = encoded.extra["questions"]
         rows_of = [[] for _ in questions]
         for row, (q, w) in enumerate(zip(encoded.example_of_row, encoded.extra["windows"])):
@@ -361,34 +402,6 @@ def _integer(name, value, smallest):
     if isinstance(value, bool) or not text.lstrip("-").isdigit() or int(text) < smallest:
         raise ValueError(f"{name}={value!r}; expected an integer of at least {smallest}")
     return int(text)
-
-
-def _served_predictions(outputs):
-    """Predictions from `serving_default`'s outputs (answers chosen in the graph)."""
-    predictions = []
-    null_diffs = outputs.get("null_score_diff")
-    for i, text in enumerate(outputs["answer"]):
-        text = text.decode("utf-8") if isinstance(text, bytes) else str(text)
-        start, end = int(outputs["answer_start"][i]), int(outputs["answer_end"][i])
-        found = start != NO_OFFSET
-        predictions.append({
-            "answer": {
-                "text": text,
-                "start": start if found else None,
-                "end": end if found else None,
-                "score": float(outputs["score"][i]) if found else None,
-            },
-            "best_score": float(outputs["best_score"][i]),
-            "null_score_diff": None if null_diffs is None else float(null_diffs[i]),
-        })
-    return predictions
-
-
-def best_score(prediction):
-    """The best span's score of a prediction (`decode`'s, or one a signature served), or None."""
-    if "best_score" in prediction:
-        return prediction["best_score"]
-    return prediction["best"]["score"] if prediction.get("best") else None
 
 
 def _float(value):

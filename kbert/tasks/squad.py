@@ -28,6 +28,8 @@ from kbert.fileio import read_json
 from kbert.tasks import inference
 from kbert.tasks.squad_text import WORD_SEPARATORS, character_classes
 
+# A served answer's offsets when there is none.
+NO_OFFSET = -1
 # run_squad.py's flags: --max_query_length, --doc_stride, --n_best_size,
 # --max_answer_length, --null_score_diff_threshold.
 MAX_QUERY_LENGTH = 64
@@ -75,8 +77,8 @@ def read_squad_json(path, targets=True):
             for q, qa in enumerate(qas):
                 if not isinstance(qa, dict) or not isinstance(qa.get("id"), str):
                     raise ValueError(f'{where}, question {q} is not SQuAD-shaped: expected an object with an "id" string')
-                examples.append(_example(path, qa, context, targets, None))
-    return _checked(path, examples, targets)
+                examples.append(parse_example(path, qa, context, targets, None))
+    return checked_examples(path, examples, targets)
 
 
 def read_jsonl(path, targets=False):
@@ -99,13 +101,15 @@ def read_jsonl(path, targets=False):
             record = {"id": f"line-{number}", **record}
             if not isinstance(record["id"], str):
                 raise ValueError(f'{path}, line {number}: "id" is {record["id"]!r}; expected a string')
-            examples.append(_example(f"{path}, line {number}", record, record.get("context"), targets, number))
+            examples.append(parse_example(f"{path}, line {number}", record, record.get("context"), targets, number))
     if not examples:
         raise ValueError(f"{path} holds no questions")
-    return _checked(path, examples, targets)
+    return checked_examples(path, examples, targets)
 
 
-def _example(where, qa, context, targets, line):
+def parse_example(where, qa, context, targets, line):
+    """One question record (SQuAD's `qa`, a JSON Lines record, or Python values) as an
+    example; `ValueError` naming `where` and what is wrong with it."""
     qid = qa["id"]
     where = f"{where}: question {qid!r}"
     question = qa.get("question")
@@ -144,7 +148,8 @@ def _example(where, qa, context, targets, line):
     }
 
 
-def _checked(path, examples, targets):
+def checked_examples(path, examples, targets):
+    """`examples`, or `ValueError` naming `path` if it holds none or repeats a question id."""
     if not examples:
         raise ValueError(f"{path} holds no questions")
     seen = set()
@@ -331,3 +336,32 @@ def nbest_prediction(context, result, n_best_size):
     if result["null_score"] is not None:
         prediction["null_score_diff"] = float(result["null_score"]) - best["score"] if best else float("inf")
     return prediction
+
+
+def served_predictions(outputs):
+    """Predictions from a question-answering SavedModel's `serving_default` outputs
+    (answers chosen in the graph, `kbert.export.question_answering_graph`)."""
+    predictions = []
+    null_diffs = outputs.get("null_score_diff")
+    for i, text in enumerate(outputs["answer"]):
+        text = text.decode("utf-8") if isinstance(text, bytes) else str(text)
+        start, end = int(outputs["answer_start"][i]), int(outputs["answer_end"][i])
+        found = start != NO_OFFSET
+        predictions.append({
+            "answer": {
+                "text": text,
+                "start": start if found else None,
+                "end": end if found else None,
+                "score": float(outputs["score"][i]) if found else None,
+            },
+            "best_score": float(outputs["best_score"][i]),
+            "null_score_diff": None if null_diffs is None else float(null_diffs[i]),
+        })
+    return predictions
+
+
+def best_score(prediction):
+    """The best span's score of a prediction (`decode`'s, or one a signature served), or None."""
+    if "best_score" in prediction:
+        return prediction["best_score"]
+    return prediction["best"]["score"] if prediction.get("best") else None

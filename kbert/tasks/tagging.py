@@ -1,11 +1,17 @@
 """Tag schemes (IOB1, IOB2, BIOES) and entity figures counted as CoNLL's `conlleval` counts them.
 
 `token-classification` reads and checks its tags with these (`check_scheme`,
-`split_tags`, `joined_tag`), and scores entities with `entity_metrics`:
+`split_tags`, `joined_tag`), scores entities with `entity_metrics`, and its words
+with `tagged_accuracy_class` (a Keras metric, defined on first use):
 chunks are read from any scheme, ill-formed sequences included, by
 conlleval's rules.
 """
 
+import functools
+
+# The target of positions the loss and the metric ignore: [CLS], [SEP],
+# padding and every piece of a word (or of a word's part) but its first.
+IGNORED = -1
 OUTSIDE = "O"
 SCHEMES = ("IOB1", "IOB2", "BIOES")
 AUTO = "auto"
@@ -208,3 +214,41 @@ def _figures(count):
     recall = count["correct"] / count["gold"] if count["gold"] else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return {"precision": precision, "recall": recall, "f1": f1, "support": count["gold"]}
+
+
+def scheme_of_tags(tags, scheme=AUTO):
+    """`scheme` (IOB1, IOB2, BIOES, any case) or, for "auto", the scheme of the tag names
+    `tags`: BIOES with E- or S- tags; IOB1 if a type has I- but no B- tag (IOB2
+    begins every entity with B-); else IOB2.
+
+    `detect_scheme` reads tag sequences: the tags of each type side by side,
+    B- before I-, are read as one.
+    """
+    scheme = parse_scheme(scheme)
+    if scheme != AUTO:
+        return scheme
+    if not (isinstance(tags, list) and all(isinstance(tag, str) for tag in tags)):
+        tags = []  # the task's constructor names what is wrong with them
+    return detect_scheme([sorted(tags, key=lambda tag: tag_parts(tag)[::-1])])
+
+
+@functools.lru_cache(maxsize=None)
+def tagged_accuracy_class():
+    """`TaggedAccuracy`, a Keras metric: accuracy over the positions whose target is
+    not `IGNORED` (each word's first piece). Defined on first use, so that
+    listing the tasks does not import Keras."""
+    import keras
+    from keras import ops
+
+    @keras.saving.register_keras_serializable(package="kbert")
+    class TaggedAccuracy(keras.metrics.Mean):
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            y_true = ops.cast(y_true, "int32")
+            predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
+            correct = ops.cast(ops.equal(predicted, y_true), "float32")
+            weight = ops.cast(ops.not_equal(y_true, IGNORED), "float32")
+            if sample_weight is not None:
+                weight = weight * ops.cast(sample_weight, "float32")
+            return super().update_state(correct, sample_weight=weight)
+
+    return TaggedAccuracy

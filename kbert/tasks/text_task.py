@@ -1,5 +1,8 @@
 """`TextTask`: the tasks whose examples are one or two texts, read from CSV or TSV."""
 
+import math
+import numbers
+
 import numpy as np
 
 from kbert.config import ENCODER_INPUTS
@@ -52,6 +55,32 @@ class TextTask(Task):
             for i in range(0, len(texts), width)
         ]
 
+    def examples_from_inputs(self, x, y=None):
+        """Examples from Python values (`kbert.TaskModel`).
+
+        Args:
+            x: texts: a list or array of strings or, for a task of two texts,
+                a tuple of two such lists (`text_inputs`).
+            y: None, or one target per example: label names or indices
+                (`labels`), or scores.
+        """
+        width = len(self.text_inputs)
+        if width == 1:
+            columns = (_strings(x, "x"),)
+        elif isinstance(x, (tuple, list)) and len(x) == width and not isinstance(x[0], str):
+            columns = tuple(_strings(column, f"x[{i}]") for i, column in enumerate(x))
+        else:
+            raise ValueError(
+                f"task {self.name!r} takes {width} texts an example; give x as a tuple of "
+                f"{width} lists ({', '.join(self.text_inputs)})"
+            )
+        rows = len(columns[0])
+        if any(len(column) != rows for column in columns):
+            raise ValueError(f"x's columns hold {[len(c) for c in columns]} texts; expected equal counts")
+        targets = [None] * rows if y is None else _targets(y, rows, self.settings().get("labels"))
+        return [{"texts": tuple(column[i] for column in columns), "target": targets[i], "line": i + 1}
+                for i in range(rows)]
+
     def targets(self, examples):
         """The training targets of `examples`, an array with one row each."""
         raise NotImplementedError
@@ -76,3 +105,30 @@ class TextTask(Task):
     def serving_request(self, example):
         """The inputs of `example` by name, as `serving_default` and `predict` take them."""
         return dict(zip(self.text_inputs, example["texts"]))
+
+
+def _strings(values, name):
+    """`values` (a list, an array or one string) as a list of str; `ValueError` naming `name`."""
+    values = np.asarray(values, dtype=object).reshape(-1).tolist()
+    wrong = [value for value in values if not isinstance(value, str)]
+    if wrong:
+        raise ValueError(f"{name} holds {type(wrong[0]).__name__} {wrong[0]!r:.80}; expected strings")
+    return values
+
+
+def _targets(y, rows, labels):
+    """`rows` targets from `y`: label names (indices into `labels` become names), or scores."""
+    values = np.asarray(y, dtype=object).reshape(-1).tolist()
+    if len(values) != rows:
+        raise ValueError(f"y holds {len(values)} targets for {rows} examples")
+    if labels is None:
+        wrong = [v for v in values if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v)]
+        if wrong:
+            raise ValueError(f"y holds {type(wrong[0]).__name__} {wrong[0]!r:.80}; expected finite numbers (scores)")
+        return [float(value) for value in values]
+    if all(isinstance(value, numbers.Integral) and not isinstance(value, bool) for value in values):
+        bad = [value for value in values if not 0 <= value < len(labels)]
+        if bad:
+            raise ValueError(f"label index {bad[0]} is out of range; {len(labels)} labels: {labels}")
+        return [labels[int(value)] for value in values]
+    return [str(value) for value in values]

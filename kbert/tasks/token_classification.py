@@ -33,8 +33,6 @@ into words with character offsets by `WordPieceTokenizer.words_with_offsets`,
 whose pieces are the tokenizer's own on the whole text.
 """
 
-import functools
-
 import numpy as np
 
 from kbert.config import ENCODER_INPUTS
@@ -44,14 +42,11 @@ from kbert.tasks.records import Encoded, Option
 from kbert.tasks.inference import batches_by_length, check_rows, run_full_length, softmax
 from kbert.tasks.conll import read_conll, read_jsonl
 from kbert.tasks.tagging import (
-    AUTO, OUTSIDE, PREFIXES, SCHEMES, check_scheme, chunks, detect_scheme, entity_metrics, joined_tag,
-    parse_scheme, split_tags, tag_parts,
+    AUTO, IGNORED, OUTSIDE, PREFIXES, SCHEMES, check_scheme, chunks, detect_scheme, entity_metrics,
+    joined_tag, parse_scheme, scheme_of_tags, split_tags, tag_parts, tagged_accuracy_class,
 )
 from kbert.tasks.word_windows import word_part_ids, word_windows
 
-# The target of positions the loss and the metric ignore: [CLS], [SEP],
-# padding and every piece of a word (or of a word's part) but its first.
-IGNORED = -1
 # Windows start every `sequence_length - 2` pieces times this fraction: each
 # piece but those at a sentence's ends then has at least a quarter window of
 # context on either side in its best window.
@@ -108,8 +103,9 @@ class TokenClassification(Task):
     metric_scale = 100
     budgets = F1_BUDGETS
 
-    def __init__(self, tokenizer, sequence_length, tags, scheme, word_split=FORMER_WORD_SPLIT):
+    def __init__(self, tokenizer, sequence_length, tags, scheme=AUTO, word_split=FORMER_WORD_SPLIT):
         super().__init__(tokenizer, sequence_length)
+        scheme = scheme_of_tags(tags, scheme)
         if scheme not in SCHEMES:
             raise ValueError(f"scheme={scheme!r}; expected one of {', '.join(SCHEMES)}")
         if (
@@ -206,6 +202,49 @@ class TokenClassification(Task):
                 "lines": None,
                 "line": None,
             })
+        return examples
+
+    def examples_from_inputs(self, x, y=None):
+        """Examples from Python values (`kbert.TaskModel`).
+
+        Args:
+            x: list. Raw texts (str), split into words as `predict` splits
+                them, or lists of words (pre-split tokens, as CoNLL's).
+            y: None, or one list of tags per list of words, a tag per word.
+        """
+        from kbert.tasks.tagging import scheme_error
+
+        items = x.tolist() if isinstance(x, np.ndarray) else x
+        if not isinstance(items, (list, tuple)):
+            raise ValueError(f"x is a {type(x).__name__}; expected a list of texts or of word lists")
+        texts = [i for i, item in enumerate(items) if isinstance(item, str)]
+        if y is not None and texts:
+            raise ValueError(f"x[{texts[0]}] is a raw text, and y tags words; give x as lists of words")
+        if y is not None and len(y) != len(items):
+            raise ValueError(f"y holds {len(y)} tag lists for {len(items)} word lists")
+        raw = iter(self.examples_from_texts([items[i] for i in texts]) if texts else [])
+        examples = []
+        for i, words in enumerate(items):
+            if isinstance(words, str):
+                examples.append(next(raw))
+                continue
+            words = words.tolist() if isinstance(words, np.ndarray) else words
+            if not (isinstance(words, (list, tuple)) and words
+                    and all(isinstance(word, str) and word.strip() for word in words)):
+                raise ValueError(f"x[{i}] is {words!r:.80}; expected a raw text or a list of words (non-blank strings)")
+            tags = None
+            if y is not None:
+                tags = y[i].tolist() if isinstance(y[i], np.ndarray) else y[i]
+                if not isinstance(tags, (list, tuple)) or len(tags) != len(words):
+                    raise ValueError(f"y[{i}] is {tags!r:.80}; expected a list of {len(words)} tags, one per word")
+                unknown = [tag for tag in tags if not isinstance(tag, str) or tag not in self._tag_ids]
+                if unknown:
+                    raise ValueError(f"y[{i}] holds the tag {unknown[0]!r:.40}; the model knows {self.tags}")
+                error = scheme_error(tags, self.scheme)
+                if error:
+                    raise ValueError(f"y[{i}]: {error[1]}; the model's scheme is {self.scheme}")
+                tags = list(tags)
+            examples.append({"words": list(words), "tags": tags, "lines": [i + 1] * len(words), "line": i + 1})
         return examples
 
     # === Preprocessing ===
@@ -389,25 +428,3 @@ def word_offsets(example):
         ends.append(position + len(word))
         position += len(word) + 1
     return " ".join(example["words"]), starts, ends
-
-
-@functools.lru_cache(maxsize=None)
-def tagged_accuracy_class():
-    """`TaggedAccuracy`, a Keras metric: accuracy over the positions whose target is
-    not `IGNORED` (each word's first piece). Defined on first use, so that
-    listing the tasks does not import Keras."""
-    import keras
-    from keras import ops
-
-    @keras.saving.register_keras_serializable(package="kbert")
-    class TaggedAccuracy(keras.metrics.Mean):
-        def update_state(self, y_true, y_pred, sample_weight=None):
-            y_true = ops.cast(y_true, "int32")
-            predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
-            correct = ops.cast(ops.equal(predicted, y_true), "float32")
-            weight = ops.cast(ops.not_equal(y_true, IGNORED), "float32")
-            if sample_weight is not None:
-                weight = weight * ops.cast(sample_weight, "float32")
-            return super().update_state(correct, sample_weight=weight)
-
-    return TaggedAccuracy

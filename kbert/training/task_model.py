@@ -1,30 +1,48 @@
-"""A kbert task as one Keras model: raw texts into `fit`, `evaluate` and `predict`, saved whole.
+"""A kbert task as one Keras model: raw inputs into `fit`, `evaluate` and `predict`, saved whole.
 
 `TaskModel` holds the task's network (encoder and head, `Task.build_model`)
 and its `BertPreprocessor` (tokenizer and vocabulary), with the task's name
-and settings (label names, score range, truncation). `fit` batches raw
-inputs the way `kbert finetune` does (`kbert.training.batching`: its packing,
-shuffles and length buckets), and `compile()` with no optimizer gives the
-task's recipe: AdamW on BERT's schedule, sized from the data when `fit`
-knows it. `save("x.keras")` keeps everything, and `keras.saving.load_model`
-gives back a model that reads text; `save_folder` writes a kbert model
-folder for `kbert evaluate`, `predict` and `export`.
+and settings (label names, tags, score range, truncation). The task turns
+Python values into its examples (`Task.examples_from_inputs`); `fit`
+batches them the way `kbert finetune` does (`kbert.training.batching`: its
+packing, windows, shuffles and length buckets), and `compile()` with no
+optimizer gives the task's recipe: AdamW on BERT's schedule, sized from the
+data when `fit` knows it. `save("x.keras")` keeps everything, and
+`keras.saving.load_model` gives back a model that reads raw inputs;
+`save_folder` writes a kbert model folder for `kbert evaluate`, `predict`
+and `export`.
 
-Single texts and text pairs (`TextTask`s): text classification, text-pair
-classification and text-pair regression. The network is backend-agnostic
-Keras; preprocessing and `fit`'s batching are TensorFlow (tf-text, tf.data).
+Every task (`kbert.tasks.TASKS`), each with its own inputs:
+
+| task | x | y |
+| --- | --- | --- |
+| text-classification | texts | label names or indices |
+| text-pair-classification, text-pair-regression | `(first_texts, second_texts)` | labels, or scores |
+| token-classification | raw texts, or lists of words | a list of tags per list of words |
+| question-answering | `{"question", "context"}` dicts, or `(questions, contexts)` | `{"text", "answer_start"}`, or None for no answer (v2.0) |
+| sentence-embedding | texts | none: it needs no training, `fit` refuses it |
+
+`predict` gives the network's outputs (per packed row: a long NER text or
+QA context is several windows), `predict_labels` the task's answers (labels,
+entities with character offsets, answer spans, vectors). The network is
+backend-agnostic Keras; preprocessing and `fit`'s batching are TensorFlow
+(tf-text, tf.data).
 
 Example:
 >>> model = TaskModel.from_checkpoint("all-minilm-l6-v2", labels=["neg", "pos"])  # doctest: +SKIP
 >>> model.compile()  # doctest: +SKIP
 >>> model.fit(["a dull film", "a fine film"], ["neg", "pos"], epochs=1)  # doctest: +SKIP
 >>> model.predict_labels(["a fine play"])  # doctest: +SKIP
+
+The README's Python section has an example for each task.
 """
+
+import inspect
 
 import keras
 
+from kbert.models import train_on_real_tokens
 from kbert.tasks import DEFAULT_TASK, get_task
-from kbert.tasks.text_task import TextTask
 from kbert.training.batching import eval_dataset, train_dataset, training_bucket_width
 from kbert.training.finetune import DEFAULT_WARMUP_FRACTION
 from kbert.training.optimizers import make_optimizer
@@ -32,19 +50,19 @@ from kbert.training.optimizers import make_optimizer
 
 @keras.saving.register_keras_serializable(package="kbert")
 class TaskModel(keras.Model):
-    """A task's network with its preprocessor; takes raw texts.
+    """A task's network with its preprocessor; takes raw inputs.
 
     Args:
         network: keras.Model from `Task.build_model` (on `ENCODER_INPUTS`).
         preprocessor: `kbert.text.BertPreprocessor`, the task's packing.
-        task: str. A task name (`kbert.tasks.TASKS`) whose examples are texts.
-        task_settings: dict. `Task.settings()`: label names, score range...
+        task: str. A task name (`kbert.tasks.TASKS`).
+        task_settings: dict. `Task.settings()`: label names, tags, score range...
         bert_config: dict. The encoder's `BertConfig.to_dict()`.
     """
 
     def __init__(self, network, preprocessor, task, task_settings, bert_config, **kwargs):
         super().__init__(**kwargs)
-        task_class = text_task(task)
+        task_class = get_task(task)
         self.network = network
         self.preprocessor = preprocessor
         self.task_name = task
@@ -53,6 +71,9 @@ class TaskModel(keras.Model):
         self.task = task_class(preprocessor.tokenizer, preprocessor.sequence_length, **task_settings)
         self.task.preprocessor = preprocessor
         self._recipe_compile = None
+        # The network is a functional model, built; so is this one, which only calls it
+        # (else saving a model that never went through Keras's `__call__` warns).
+        self.built = True
 
     @classmethod
     def from_checkpoint(cls, init, task=DEFAULT_TASK, labels=None, sequence_length=None, dtype=None,
@@ -61,28 +82,38 @@ class TaskModel(keras.Model):
 
         Args:
             init: str. What `kbert finetune --init` takes: "all-minilm-l6-v2",
-                a Hugging Face or google-research/bert folder.
-            task: str. A task whose examples are texts (`kbert.tasks.TASKS`):
-                text classification, text-pair classification or regression.
+                a Hugging Face or google-research/bert folder; for a task that
+                needs no training, what `--model` takes with `--task`
+                (`kbert.modelfolder.ModelFolder.from_pretrained`).
+            task: str. A task name (`kbert.tasks.TASKS`).
             labels: list of str, or int (that many classes, named "0", "1"...);
                 classification only.
-            sequence_length: int. Packed length; default the task's recipe's.
+            sequence_length: int. Packed length; default the task's recipe's
+                (a task that needs no training: the checkpoint's).
             dtype: a dtype policy, "auto" (mixed bfloat16 where the device
                 multiplies it natively) or None (the global policy).
-            **options: the task's options (`Task.options`), e.g.
-                `truncate="longest_first"`, `head="cross"`, `score_range=(0, 5)`.
+            **options: the task's settings (its constructor's arguments) and
+                options (`Task.options`), e.g. `score_range=(0, 5)`,
+                `truncate="longest_first"`; for token classification
+                `tags=["O", "B-LOC", ...]` (required) and `scheme` (IOB1, IOB2,
+                BIOES; default "auto": from the tags); for question answering
+                `version_2_with_negative=True`, `doc_stride=`...; for sentence
+                embeddings `pooling=`, `normalize=`.
         """
         from kbert.checkpoints.huggingface import init_encoder
         from kbert.hardware import resolve_dtype
         from kbert.text import WordPieceTokenizer
 
-        task_class = text_task(task)
-        settings = {}
+        task_class = get_task(task)
         if labels is not None:
-            settings["labels"] = [str(i) for i in range(labels)] if isinstance(labels, int) else list(labels)
-        if "score_range" in options:
-            settings["score_range"] = list(options.pop("score_range"))
+            options["labels"] = (
+                [str(i) for i in range(labels)] if isinstance(labels, int)
+                else list(labels) if isinstance(labels, (list, tuple)) else labels
+            )
         dtype = resolve_dtype(dtype) if dtype is not None else None
+        if not task_class.trainable:
+            return cls._pretrained(init, task_class, sequence_length, dtype, options)
+        settings, options = task_arguments(task_class, options)
         config, encoder, vocabulary, lowercase = init_encoder(init, dtype=dtype)
         if vocabulary is None:
             raise ValueError(f"init={init!r} has no vocabulary; give a checkpoint folder or name")
@@ -92,6 +123,25 @@ class TaskModel(keras.Model):
         built.use_options(task_class.resolve_options(options))
         return cls(built.build_model(encoder, dtype=dtype), built.preprocessor, task,
                    built.settings(), config.to_dict())
+
+    @classmethod
+    def _pretrained(cls, init, task_class, sequence_length, dtype, options):
+        """A task that needs no training on `init`, as the CLI builds it (`ModelFolder.from_pretrained`)."""
+        from kbert.modelfolder import ModelFolder
+
+        known = {option.name for option in task_class.options}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(
+                f"task {task_class.name!r} takes no {unknown[0]}=; it takes {', '.join(sorted(known))}"
+            )
+        folder = ModelFolder.from_pretrained(init, task_class.name, options, sequence_length)
+        network = folder.model
+        if dtype is not None:
+            network = folder.task.build_model(folder.config, dtype=dtype)
+            network.set_weights(folder.model.get_weights())
+        return cls(network, folder.task.preprocessor, task_class.name, folder.task.settings(),
+                   folder.config.to_dict())
 
     @classmethod
     def from_folder(cls, folder):
@@ -111,10 +161,16 @@ class TaskModel(keras.Model):
         """Keras's `compile`; what is not given is the task's: its loss, its metrics and,
         with no optimizer, its recipe's AdamW on BERT's schedule, built by `fit`."""
         defaults = self.task.compile_args()
-        loss = defaults["loss"] if loss is None else loss
-        metrics = defaults.get("metrics") if metrics is None else metrics
-        # As kbert finetune trains: without XLA, which is slower on CPUs.
+        task_loss, task_metrics = defaults.pop("loss"), defaults.pop("metrics", None)
+        loss = task_loss if loss is None else loss
+        metrics = task_metrics if metrics is None else metrics
+        for key, value in defaults.items():  # e.g. question answering's loss_weights
+            kwargs.setdefault(key, value)
+        # As kbert finetune trains: without XLA, which is slower on CPUs, and on
+        # TensorFlow the encoder blocks over each batch's real tokens alone.
         kwargs.setdefault("jit_compile", False)
+        real_tokens = keras.backend.backend() == "tensorflow" and kwargs["jit_compile"] is False
+        train_on_real_tokens(self.network, enabled=real_tokens)
         if optimizer is None:
             self._recipe_compile = dict(loss=loss, metrics=metrics, **kwargs)
             optimizer = "adamw"  # a placeholder until fit knows the steps
@@ -125,14 +181,20 @@ class TaskModel(keras.Model):
         """Trains on raw inputs, batched as `kbert finetune` batches them.
 
         Args:
-            x: texts: a list or array of strings, or a pair `(first_texts, second_texts)`.
-            y: targets, one per example: label names or indices, or scores.
+            x: the task's inputs (the module's table; `Task.examples_from_inputs`).
+            y: targets, one per example: label names or indices, scores, tag
+                lists or answers.
             batch_size, epochs: default the task's recipe's.
             validation_data: `(x, y)` in the same form.
             seed: the shuffles' seed (dropout and new weights follow
                 `keras.utils.set_random_seed`).
             **kwargs: `keras.Model.fit`'s (callbacks, verbose...).
         """
+        if not self.task.trainable:
+            raise ValueError(
+                f"task {self.task_name!r} needs no training; TaskModel.fit refuses it "
+                "(predict gives its outputs as the checkpoint computes them)"
+            )
         recipe = self.task.recipe.override(batch_size=batch_size, epochs=epochs)
         dataset, steps = train_dataset(
             self.task, self.examples(x, y), recipe.batch_size, seed=seed, epochs=recipe.epochs,
@@ -159,19 +221,24 @@ class TaskModel(keras.Model):
         return super().evaluate(dataset, **kwargs)
 
     def predict(self, x, batch_size=64, **kwargs):
-        """The network's outputs for raw inputs, in their order (a dict if several)."""
+        """The network's outputs for raw inputs (a dict if several): a row per packed
+        row, in the inputs' order; a long text or context may be several windows."""
         _, _, outputs = self._run(self.examples(x), batch_size)
-        return outputs[self.task.outputs[0]] if len(self.task.outputs) == 1 else outputs
+        if len(self.task.outputs) == 1:
+            return outputs[self.task.outputs[0]]
+        return {name: outputs[name] for name in self.task.outputs}
 
     # === The task's answers ===
 
     def predict_labels(self, x, batch_size=64):
-        """What `kbert predict` prints for each input: a label and its scores, or a score."""
+        """What `kbert predict` prints for each input: a label and its scores, a score,
+        entities with character offsets, an answer span, or a vector."""
         examples, encoded, outputs = self._run(self.examples(x), batch_size)
         return self.task.predict_json(examples, self.task.decode(examples, encoded, outputs))
 
     def figures(self, x, y, batch_size=64):
-        """The task's figures (`kbert evaluate`'s): accuracy and F1s, or Spearman and Pearson."""
+        """The task's figures (`kbert evaluate`'s): accuracy and F1s, Spearman and Pearson,
+        entity F1s, or SQuAD's exact match and F1."""
         examples, encoded, outputs = self._run(self.examples(x, y), batch_size, targets=True)
         return self.task.evaluate(examples, self.task.decode(examples, encoded, outputs))
 
@@ -185,6 +252,11 @@ class TaskModel(keras.Model):
         """Writes a kbert model folder (`kbert evaluate`, `predict`, `export` take it)."""
         from kbert.modelfolder import write_model_folder
 
+        if not self.task.trainable:
+            raise ValueError(
+                f"task {self.task_name!r} has no model folder; kbert's commands take its "
+                f"checkpoint with --task {self.task_name}"
+            )
         settings = {
             "bert_config": self.bert_config,
             "sequence_length": self.task.sequence_length,
@@ -198,38 +270,10 @@ class TaskModel(keras.Model):
 
     def examples(self, x, y=None):
         """The task's examples for raw inputs `x` and targets `y` (or None)."""
-        width = len(self.task.text_inputs)
-        if width == 1:
-            columns = (_strings(x, "x"),)
-        elif isinstance(x, (tuple, list)) and len(x) == width and not isinstance(x[0], str):
-            columns = tuple(_strings(column, f"x[{i}]") for i, column in enumerate(x))
-        else:
-            raise ValueError(
-                f"task {self.task_name!r} takes {width} texts an example; give x as a tuple of "
-                f"{width} lists ({', '.join(self.task.text_inputs)})"
-            )
-        rows = len(columns[0])
-        if any(len(column) != rows for column in columns):
-            raise ValueError(f"x's columns hold {[len(c) for c in columns]} texts; expected equal counts")
-        targets = [None] * rows if y is None else self._targets(y, rows)
-        return [{"texts": tuple(column[i] for column in columns), "target": targets[i], "line": i + 1}
-                for i in range(rows)]
-
-    def _targets(self, y, rows):
-        import numpy as np
-
-        values = np.asarray(y).reshape(-1).tolist()
-        if len(values) != rows:
-            raise ValueError(f"y holds {len(values)} targets for {rows} examples")
-        labels = self.task_settings.get("labels")
-        if labels is None:
-            return [float(value) for value in values]
-        if all(isinstance(value, int) for value in values):
-            bad = [value for value in values if not 0 <= value < len(labels)]
-            if bad:
-                raise ValueError(f"label index {bad[0]} is out of range; {len(labels)} labels: {labels}")
-            return [labels[value] for value in values]
-        return [str(value) for value in values]
+        examples = self.task.examples_from_inputs(x, y)
+        if not examples:
+            raise ValueError("x holds no examples; expected one or more")
+        return examples
 
     # === Saving ===
 
@@ -262,25 +306,25 @@ class TaskModel(keras.Model):
         return cls(**config)
 
 
-def text_task(name):
-    """The task class `name`, if its examples are texts; else `ValueError` naming those that are."""
-    from kbert.tasks import TASKS
+def task_arguments(task_class, given):
+    """`(settings, options)`: the keyword arguments `given` split into the task's
+    constructor settings and its options (`Task.options`).
 
-    task_class = get_task(name)
-    if not (issubclass(task_class, TextTask) and task_class.trainable):
-        served = sorted(n for n, t in TASKS.items() if issubclass(t, TextTask) and t.trainable)
+    Raises `ValueError` naming an argument the
+    task does not take, or a setting it needs and was not given.
+    """
+    option_names = {option.name for option in task_class.options}
+    parameters = list(inspect.signature(task_class.__init__).parameters.values())[3:]
+    setting_names = [p.name for p in parameters if p.name not in option_names]
+    unknown = sorted(set(given) - option_names - set(setting_names))
+    if unknown:
         raise ValueError(
-            f"task {name!r} does not take texts; TaskModel serves {', '.join(served)}; "
-            "train it with kbert.training.finetune"
+            f"task {task_class.name!r} takes no {unknown[0]}=; it takes "
+            f"{', '.join(sorted(option_names | set(setting_names)))}"
         )
-    return task_class
-
-
-def _strings(values, name):
-    import numpy as np
-
-    values = np.asarray(values, dtype=object).reshape(-1).tolist()
-    wrong = [value for value in values if not isinstance(value, str)]
-    if wrong:
-        raise ValueError(f"{name} holds {type(wrong[0]).__name__} {wrong[0]!r}; expected strings")
-    return values
+    settings = {name: value for name, value in given.items() if name in setting_names}
+    missing = [p.name for p in parameters if p.name in setting_names and p.default is p.empty
+               and p.name not in settings]
+    if missing:
+        raise ValueError(f"task {task_class.name!r} needs {', '.join(name + '=' for name in missing)}")
+    return settings, {name: value for name, value in given.items() if name in option_names}
