@@ -34,6 +34,10 @@ class Encoded:
         learned: bool `(rows,)`: the rows a model learns from (training and
             validation), or None for all (question answering leaves out
             the windows of questions whose answer cannot be found).
+        group_size: int. Rows that must stay together, in order, in every
+            training and validation batch: rows `k * group_size` to
+            `(k + 1) * group_size - 1` are group `k` (a multiple-choice
+            example's options, whose loss compares them). 1: each row alone.
     """
 
     features: dict
@@ -41,10 +45,16 @@ class Encoded:
     example_of_row: np.ndarray = None
     extra: object = None
     learned: np.ndarray = None
+    group_size: int = 1
 
     def __post_init__(self):
+        rows = len(self.features[ENCODER_INPUTS[0]])
         if self.example_of_row is None:
-            self.example_of_row = np.arange(len(self.features[ENCODER_INPUTS[0]]))
+            self.example_of_row = np.arange(rows)
+        if not isinstance(self.group_size, int) or self.group_size < 1 or rows % self.group_size:
+            raise ValueError(
+                f"group_size={self.group_size!r}; expected a positive integer that divides the {rows} rows"
+            )
 
     def __len__(self):
         return len(self.example_of_row)

@@ -4,8 +4,10 @@ A task says what its rows are and the trainer batches them here:
 `Task.training_rows` gives either `Encoded` rows (packed arrays) or `Rows`
 (one row made at a time, for sets too big to hold packed); `Encoded.learned`
 marks the rows a model learns from (question answering leaves out the
-windows of questions whose answer cannot be found). Nothing here tests a
-task's name.
+windows of questions whose answer cannot be found), and `Encoded.group_size`
+the rows that must stay together (a multiple-choice example's options):
+batches then hold whole groups, each group's rows in order. Nothing here
+tests a task's name.
 """
 
 import keras
@@ -74,28 +76,50 @@ def batched_dataset(task, encoded, batch_size, seed=0, epochs=1, first_epoch=0, 
             if the task `reads_sequence`, each row's targets with an axis of
             their own are cut and padded along it as the row's tokens are.
         batch_size, seed, epochs, first_epoch, bucket_width: as for `train_dataset`.
+
+    With a `group_size` of K > 1, the epoch shuffles whole groups, a batch
+    holds `batch_size` groups (`batch_size * K` rows, each group's rows
+    together and in order), and a group goes to the bucket of its longest
+    row. A strategy of several replicas splits each batch's rows evenly among
+    them, which keeps groups whole only in batches whose group count is a
+    multiple of the replicas (a bucket's last batch may hold fewer).
     """
     encoded = _learned_rows(encoded)
-    lengths = encoded.features["padding_mask"].sum(axis=1)
+    group = encoded.group_size
+    features, targets = encoded.features, encoded.targets
+    lengths = features["padding_mask"].sum(axis=1)
+    if group > 1:
+        # Elements are groups: every array gains an axis of K rows after the first.
+        features, targets = tf.nest.map_structure(
+            lambda t: np.asarray(t).reshape(-1, group, *np.shape(t)[1:]), (features, targets)
+        )
+        lengths = lengths.reshape(-1, group).max(axis=1)
     padding = tf.nest.map_structure(
-        lambda target: tf.constant(task.target_padding, tf.as_dtype(target.dtype)), encoded.targets
+        lambda target: tf.constant(task.target_padding, tf.as_dtype(target.dtype)), targets
     )
 
-    def trim(features, target):
-        used = tf.reduce_sum(features["padding_mask"])
-        cut = {key: value[:used] for key, value in features.items()}
-        if task.reads_sequence:
-            target = tf.nest.map_structure(lambda t: t[:used] if t.shape.rank else t, target)
-        return cut, target
+    def cut(value, used):
+        """`value` cut to `used` along its length axis, the first of a row's."""
+        return value[:, :used] if group > 1 else value[:used]
 
-    rows = tf.data.Dataset.from_tensor_slices((encoded.features, encoded.targets))
+    def trim(features, target):
+        used = tf.reduce_max(tf.reduce_sum(features["padding_mask"], axis=-1))
+        trimmed = {key: cut(value, used) for key, value in features.items()}
+        if task.reads_sequence:
+            target = tf.nest.map_structure(
+                lambda t: cut(t, used) if t.shape.rank > (group > 1) else t, target
+            )
+        return trimmed, target
+
+    elements = tf.data.Dataset.from_tensor_slices((features, targets))
 
     def epoch(index):
-        ds = rows.shuffle(len(encoded), seed=EPOCH_SEED_STRIDE * seed + index)
+        ds = elements.shuffle(len(lengths), seed=EPOCH_SEED_STRIDE * seed + index)
         return ds.map(trim, num_parallel_calls=tf.data.AUTOTUNE)
 
     return epoch_batches(
-        epoch, lengths, batch_size, task.sequence_length, padding, epochs, first_epoch, bucket_width
+        epoch, lengths, batch_size, task.sequence_length, padding, epochs, first_epoch, bucket_width,
+        group_size=group,
     )
 
 
@@ -125,9 +149,19 @@ def eval_dataset(task, encoded, batch_size):
     of similar length, each cut to its width (`batches_by_length`), targets
     with a sequence axis too if the task `reads_sequence`: for metrics that
     add up over batches (`fit`'s validation), not in the rows' order.
+
+    Rows of a group (`Encoded.group_size`) stay together and in order, as in
+    training: a batch holds `batch_size` groups, as wide as their longest row.
     """
     encoded = _learned_rows(encoded)
-    batches = list(batches_by_length(encoded.features, batch_size, task.sequence_length))
+    group = encoded.group_size
+    mask = encoded.features["padding_mask"]
+    # A group's rows as one: the union of their padding masks is its longest row's.
+    by_group = {"padding_mask": mask.reshape(-1, group, mask.shape[1]).max(axis=1)}
+    batches = [
+        ((index[:, np.newaxis] * group + np.arange(group)).reshape(-1), width)
+        for index, width in batches_by_length(by_group, batch_size, task.sequence_length)
+    ]
 
     def cut(index, width):
         features = {name: encoded.features[name][index, :width] for name in ENCODER_INPUTS}
@@ -151,28 +185,39 @@ def eval_dataset(task, encoded, batch_size):
 
 
 def _learned_rows(encoded):
-    """`encoded` without the rows its `learned` mask leaves out."""
+    """`encoded` without the rows its `learned` mask leaves out; a group is kept
+    or left out whole."""
     if encoded.learned is None or encoded.learned.all():
         return encoded
     keep = np.asarray(encoded.learned, bool)
+    by_group = keep.reshape(-1, encoded.group_size)
+    split = np.flatnonzero(by_group.any(axis=1) != by_group.all(axis=1))
+    if len(split):
+        raise ValueError(
+            f"Encoded.learned keeps part of group {split[0]} (rows {split[0] * encoded.group_size} "
+            f"to {(split[0] + 1) * encoded.group_size - 1}); a group is learned whole or not at all"
+        )
     return Encoded(
         {name: value[keep] for name, value in encoded.features.items()},
         tf.nest.map_structure(lambda t: np.asarray(t)[keep], encoded.targets),
         encoded.example_of_row[keep],
+        group_size=encoded.group_size,
     )
 
 
 def epoch_batches(
     epoch, lengths, batch_size, sequence_length, target_padding, epochs=1, first_epoch=0,
-    bucket_width=None,
+    bucket_width=None, group_size=1,
 ):
     """Training batches, epoch after epoch: `(dataset, batches_per_epoch)`.
 
     Args:
         epoch: callable(int) -> tf.data.Dataset of `(features, targets)` rows
-            in that epoch's order, each cut to its used length.
-        lengths: int array. Every row's used length, in any order.
-        batch_size: int.
+            in that epoch's order, each cut to its used length; with a
+            `group_size` above 1, groups of that many rows (arrays
+            `(group_size, length, ...)`), each cut to its longest row.
+        lengths: int array. Every row's (or group's) used length, in any order.
+        batch_size: int. Rows (or groups) a batch.
         sequence_length: int. The longest row.
         target_padding: the targets' structure of scalar tensors that pad them.
         epochs, first_epoch: ints. The dataset holds epochs `first_epoch` ..
@@ -181,6 +226,8 @@ def epoch_batches(
             padded to its longest row. An int: rows of similar length batched
             together, each batch padded to a multiple of it (or to
             `sequence_length`).
+        group_size: int. Rows an element of `epoch` holds; batches of groups
+            come out as rows, each group's in order.
 
     The count is exact, since each bucket gives ceil(size / batch_size)
     batches whatever the order.
@@ -198,7 +245,7 @@ def epoch_batches(
 
         def batched(index):
             return epoch(index).bucket_by_sequence_length(
-                lambda features, target: tf.shape(features["token_ids"])[0],
+                lambda features, target: tf.shape(features["token_ids"])[-1],
                 bucket_boundaries=boundaries,
                 bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
                 pad_to_bucket_boundary=True,
@@ -208,5 +255,16 @@ def epoch_batches(
     ds = batched(first_epoch)
     for index in range(first_epoch + 1, epochs):
         ds = ds.concatenate(batched(index))
+    if group_size > 1:
+        ds = ds.map(_rows_of_groups, num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.apply(tf.data.experimental.assert_cardinality(batches * (epochs - first_epoch)))
     return without_autotune(ds.prefetch(tf.data.AUTOTUNE)), batches
+
+
+def _rows_of_groups(features, targets):
+    """A batch of groups `(batch, group_size, ...)` as its rows `(batch * group_size, ...)`."""
+
+    def rows(value):
+        return tf.reshape(value, tf.concat([[-1], tf.shape(value)[2:]], axis=0))
+
+    return tf.nest.map_structure(rows, (features, targets))
