@@ -667,3 +667,13 @@ def test_matmul_floor_sums_the_products_of_a_step(capsys):
     with pytest.raises(SystemExit):
         tool.parse_args(["--hidden", "16", "--heads", "3"])
     assert "--hidden 16 is not divisible by --heads 3" in capsys.readouterr().err
+
+
+def test_encoded_refuses_a_group_size_that_does_not_divide_its_rows():
+    from kbert.tasks import Encoded
+
+    features = {name: np.zeros((8, 4), np.int32) for name in ENCODER_INPUTS}
+    assert Encoded(features, group_size=4).group_size == 4
+    for bad in (3, 0, 2.0):
+        with pytest.raises(ValueError, match=f"group_size={bad!r}; expected a positive integer that divides the 8 rows"):
+            Encoded(features, group_size=bad)
