@@ -2,6 +2,10 @@
 same training as `kbert finetune`, and a model folder the CLI takes; for every task."""
 
 import csv
+import json
+import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -225,3 +229,136 @@ def test_bad_inputs_give_one_line_errors(tiny):
     one_line_error("expected a list of", reader.predict, ["Who wrote the editor?"])
     one_line_error("2 questions and 1 contexts", reader.predict, (["Who?", "Where?"], [CONTEXT]))
     one_line_error("y holds 1 answers for 2 questions", reader.fit, QUESTIONS[:2], ANSWERS[:1])
+
+
+# === tf.data inputs, Keras callbacks ===
+
+
+def test_tf_data_batches_train_as_lists_do(tiny):
+    import tensorflow as tf
+
+    by_lists = trained(tiny)
+    keras.utils.set_random_seed(0)
+    model = TaskModel.from_checkpoint(str(tiny / "bert"), labels=LABELS, dtype="float32")
+    model.compile()
+    data = tf.data.Dataset.from_tensor_slices((TEXTS, TARGETS)).batch(3)
+    model.fit(data, epochs=2, batch_size=4, seed=0, verbose=0)
+    texts = tf.data.Dataset.from_tensor_slices(TEXTS).batch(5)
+    assert np.abs(model.predict(texts) - by_lists.predict(TEXTS)).max() <= 1e-6
+    assert model.figures(data, None) == by_lists.figures(TEXTS, TARGETS)
+    one_line_error("the dataset holds the targets", model.fit, data, TARGETS)
+    one_line_error("holds a scalar", model.predict, tf.data.Dataset.from_tensor_slices(TEXTS))
+    pairs = TaskModel.from_checkpoint(str(tiny / "bert"), task="text-pair-classification", labels=2)
+    pair_data = tf.data.Dataset.from_tensor_slices(((TEXTS[:4], TEXTS[4:]), [0, 1, 0, 1])).batch(3)
+    assert pairs.examples(pair_data) == pairs.examples((TEXTS[:4], TEXTS[4:]), [0, 1, 0, 1])
+
+
+def test_tf_data_of_word_lists_and_squad_records(tiny):
+    import tensorflow as tf
+
+    tagger = TaskModel.from_checkpoint(str(tiny / "bert"), task="token-classification", tags=TAGS)
+    tagged = tf.data.Dataset.from_tensor_slices((tf.ragged.constant(WORDS), tf.ragged.constant(WORD_TAGS)))
+    assert tagger.examples(tagged.batch(3)) == tagger.examples(WORDS, WORD_TAGS)
+    reader = TaskModel.from_checkpoint(str(tiny / "bert"), task="question-answering",
+                                       sequence_length=32, version_2_with_negative=True)
+    # As TFDS gives SQuAD: each answer field a list, empty for no answer.
+    answers = {"text": tf.ragged.constant([[a["text"]] if a else [] for a in ANSWERS]),
+               "answer_start": tf.ragged.constant([[a["answer_start"]] if a else [] for a in ANSWERS])}
+    questions = {key: [q[key] for q in QUESTIONS] for key in ("question", "context")}
+    squad = tf.data.Dataset.from_tensor_slices((questions, answers)).batch(2)
+    assert reader.examples(squad) == reader.examples(QUESTIONS, ANSWERS)
+
+
+class Interrupted(Exception):
+    pass
+
+
+class InterruptAt(keras.callbacks.Callback):
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == self.epoch:
+            raise Interrupted(f"epoch {epoch}")
+
+
+def interrupted_then_resumed(tiny, backup):
+    """A fit of 2 epochs stopped at the second's start, then run again with a new
+    `backup()` callback, as a new process would."""
+    for stop in ([InterruptAt(1)], []):
+        keras.utils.set_random_seed(0)
+        model = TaskModel.from_checkpoint(str(tiny / "bert"), labels=LABELS, dtype="float32")
+        model.compile()
+        if stop:
+            with pytest.raises(Interrupted):
+                model.fit(TEXTS, TARGETS, epochs=2, batch_size=4, verbose=0, callbacks=[backup(), *stop])
+        else:
+            history = model.fit(TEXTS, TARGETS, epochs=2, batch_size=4, verbose=0, callbacks=[backup()])
+    assert len(history.history["loss"]) == 1  # the second epoch alone
+    return model
+
+
+def test_a_resumed_fit_ends_as_an_uninterrupted_one(tiny, tmp_path):
+    """kbert's AtomicBackup restores the dropout seeds too: the same weights. Keras's
+    BackupAndRestore resumes the epoch, the step count and the optimizer."""
+    from kbert import AtomicBackup
+
+    reference = trained(tiny)
+    resumed = interrupted_then_resumed(tiny, lambda: AtomicBackup(str(tmp_path / "atomic")))
+    assert np.abs(resumed.predict(TEXTS) - reference.predict(TEXTS)).max() <= 1e-6
+    by_keras = interrupted_then_resumed(tiny, lambda: keras.callbacks.BackupAndRestore(str(tmp_path / "keras")))
+    assert int(by_keras.optimizer.iterations) == int(reference.optimizer.iterations)
+    assert np.abs(by_keras.predict(TEXTS) - reference.predict(TEXTS)).max() <= 1e-3
+
+
+def test_checkpoints_early_stopping_and_tensorboard(tiny, tmp_path):
+    model = trained(tiny)
+    callbacks = [
+        keras.callbacks.ModelCheckpoint(str(tmp_path / "best.keras"), monitor="val_loss", save_best_only=True),
+        keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=10.0),
+        keras.callbacks.TensorBoard(str(tmp_path / "logs")),
+    ]
+    history = model.fit(TEXTS, TARGETS, epochs=4, batch_size=4, verbose=0, callbacks=callbacks,
+                        validation_data=(TEXTS, TARGETS))
+    assert len(history.history["loss"]) == 2  # no epoch gained 10 in loss over the first
+    best = keras.saving.load_model(tmp_path / "best.keras")
+    assert isinstance(best, TaskModel) and best.task.labels == LABELS
+    assert list((tmp_path / "logs").rglob("events.out.tfevents.*"))
+
+
+# === Other Keras backends ===
+
+BACKEND_SCRIPT = """
+import json, sys
+import keras, numpy as np
+from kbert import TaskModel  # noqa: F401  (registers the class for loading)
+
+saved, again, texts, targets = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
+model = keras.saving.load_model(saved)
+outputs = model.predict(texts)
+history = model.fit(texts, targets, epochs=1, batch_size=4, verbose=0)
+model.save(again)
+reloaded = keras.saving.load_model(again)
+print(json.dumps({"backend": keras.backend.backend(), "outputs": outputs.tolist(),
+                  "loss": history.history["loss"][-1],
+                  "reloaded": float(np.abs(reloaded.predict(texts) - model.predict(texts)).max())}))
+"""
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_the_model_trains_and_saves_under_another_backend(tiny, tmp_path, backend):
+    """A model trained and saved on TensorFlow loads, predicts the same, trains and
+    saves on JAX and PyTorch; preprocessing stays TensorFlow (tf-text)."""
+    model = trained(tiny)
+    model.save(tmp_path / "tf.keras")
+    run = subprocess.run(
+        [sys.executable, "-c", BACKEND_SCRIPT, str(tmp_path / "tf.keras"), str(tmp_path / f"{backend}.keras"),
+         json.dumps(TEXTS), json.dumps(TARGETS)],
+        env={**os.environ, "KERAS_BACKEND": backend}, capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["backend"] == backend
+    assert np.abs(np.array(result["outputs"]) - model.predict(TEXTS)).max() <= 1e-5
+    assert np.isfinite(result["loss"]) and result["reloaded"] <= 1e-6

@@ -22,11 +22,16 @@ Every task (`kbert.tasks.TASKS`), each with its own inputs:
 | question-answering | `{"question", "context"}` dicts, or `(questions, contexts)` | `{"text", "answer_start"}`, or None for no answer (v2.0) |
 | sentence-embedding | texts | none: it needs no training, `fit` refuses it |
 
-`predict` gives the network's outputs (per packed row: a long NER text or
-QA context is several windows), `predict_labels` the task's answers (labels,
-entities with character offsets, answer spans, vectors). The network is
-backend-agnostic Keras; preprocessing and `fit`'s batching are TensorFlow
-(tf-text, tf.data).
+`x` may also be a `tf.data.Dataset` of batches, as Keras's `fit` takes
+them (`inputs_from_dataset`). `predict` gives the network's outputs (per
+packed row: a long NER text or QA context is several windows),
+`predict_labels` the task's answers (labels, entities with character
+offsets, answer spans, vectors). Keras's callbacks work; with
+`kbert.AtomicBackup`, a `fit` killed and run again resumes at the epoch its
+backup holds, with the batches, optimizer state and dropout seeds an
+uninterrupted run has. The network is backend-agnostic Keras (TensorFlow,
+JAX, PyTorch); preprocessing and `fit`'s batching are TensorFlow (tf-text,
+tf.data).
 
 Example:
 >>> model = TaskModel.from_checkpoint("all-minilm-l6-v2", labels=["neg", "pos"])  # doctest: +SKIP
@@ -181,11 +186,12 @@ class TaskModel(keras.Model):
         """Trains on raw inputs, batched as `kbert finetune` batches them.
 
         Args:
-            x: the task's inputs (the module's table; `Task.examples_from_inputs`).
+            x: the task's inputs (the module's table; `Task.examples_from_inputs`),
+                or a `tf.data.Dataset` of batches of `(x, y)` (`inputs_from_dataset`).
             y: targets, one per example: label names or indices, scores, tag
                 lists or answers.
             batch_size, epochs: default the task's recipe's.
-            validation_data: `(x, y)` in the same form.
+            validation_data: `(x, y)` in the same form, or a dataset.
             seed: the shuffles' seed (dropout and new weights follow
                 `keras.utils.set_random_seed`).
             **kwargs: `keras.Model.fit`'s (callbacks, verbose...).
@@ -208,14 +214,31 @@ class TaskModel(keras.Model):
                 **self._recipe_compile,
             )
             self._recipe_compile = None
+        # Each epoch's shuffle is its own (seeded by its number): a run resumed
+        # at epoch k skips to epoch k's batches, as an uninterrupted run sees them.
+        dataset = dataset.skip(steps * self._restored_epoch(kwargs.get("callbacks")))
         if validation_data is not None:
-            encoded = self.task.encode(self.examples(*validation_data))
+            pair = (validation_data,) if _is_dataset(validation_data) else validation_data
+            encoded = self.task.encode(self.examples(*pair))
             validation_data = eval_dataset(self.task, encoded, recipe.batch_size)
         return super().fit(dataset, epochs=recipe.epochs, steps_per_epoch=steps,
                            validation_data=validation_data, shuffle=False, **kwargs)
 
+    def _restored_epoch(self, callbacks):
+        """The epoch a `keras.callbacks.BackupAndRestore` among `callbacks` resumes at
+        (0 if none has a backup). Its restore runs here, before Keras's `fit` runs it
+        again, so that the batches can start where the backup stopped."""
+        self._initial_epoch = None  # Keras keeps a past fit's restore
+        for callback in callbacks or ():
+            if isinstance(callback, keras.callbacks.BackupAndRestore):
+                callback.set_model(self)
+                callback.on_train_begin()
+        return self._initial_epoch or 0
+
     def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
         """Keras's loss and compiled metrics on raw inputs (`figures` gives the task's own)."""
+        if kwargs.get("_use_cached_eval_dataset"):  # Keras's fit, on `fit`'s validation batches
+            return super().evaluate(x, y, batch_size=batch_size, **kwargs)
         encoded = self.task.encode(self.examples(x, y))
         dataset = eval_dataset(self.task, encoded, batch_size or self.task.recipe.batch_size)
         return super().evaluate(dataset, **kwargs)
@@ -269,7 +292,12 @@ class TaskModel(keras.Model):
     # === Inputs ===
 
     def examples(self, x, y=None):
-        """The task's examples for raw inputs `x` and targets `y` (or None)."""
+        """The task's examples for raw inputs `x` and targets `y` (or None); `x` may be
+        a `tf.data.Dataset` of batches that holds both (`inputs_from_dataset`)."""
+        if _is_dataset(x):
+            if y is not None:
+                raise ValueError("y is given with a tf.data.Dataset x; the dataset holds the targets")
+            x, y = inputs_from_dataset(x)
         examples = self.task.examples_from_inputs(x, y)
         if not examples:
             raise ValueError("x holds no examples; expected one or more")
@@ -304,6 +332,74 @@ class TaskModel(keras.Model):
         config["network"] = keras.saving.deserialize_keras_object(config["network"])
         config["preprocessor"] = keras.saving.deserialize_keras_object(config["preprocessor"])
         return cls(**config)
+
+
+def inputs_from_dataset(dataset):
+    """`(x, y)`: a `tf.data.Dataset` of batches, as Keras's `fit` takes them, gathered
+    into the Python inputs of the module's table.
+
+    Each element is `(x, y)`, `(x,)` or `x`; `x` is a batch of texts, a tuple of
+    such batches (text pairs, or questions and contexts), a ragged batch of word
+    lists, or a dict of batches (`{"question", "context"}`), which becomes one
+    dict per example; so does a dict `y` (answers, as TFDS's SQuAD gives them:
+    `{"text": [...], "answer_start": [...]}`, empty for no answer). Strings are
+    decoded as UTF-8. y is None if no element has one.
+    """
+    xs, ys = [], []
+    for element in dataset:
+        if isinstance(element, tuple) and len(element) in (1, 2):
+            x, y = element if len(element) == 2 else (element[0], None)
+        else:
+            x, y = element, None
+        xs.append(_batch_rows(x))
+        ys.append(None if y is None else _batch_rows(y))
+    if not xs:
+        raise ValueError("the tf.data.Dataset x holds no elements")
+    if any(y is None for y in ys) and not all(y is None for y in ys):
+        raise ValueError("some of the tf.data.Dataset's elements hold targets and some do not")
+    return _concatenate(xs), None if ys[0] is None else _concatenate(ys)
+
+
+def _is_dataset(value):
+    import tensorflow as tf
+
+    return isinstance(value, tf.data.Dataset)
+
+
+def _batch_rows(value):
+    """One batch as Python values: a list with a row per example, a tuple of such
+    lists, or a list of dicts."""
+    if isinstance(value, (tuple, list)):
+        return tuple(_batch_rows(column) for column in value)
+    if isinstance(value, dict):
+        columns = {key: _batch_rows(column) for key, column in value.items()}
+        rows = len(next(iter(columns.values())))
+        return [_records({key: column[i] for key, column in columns.items()}) for i in range(rows)]
+    if value.shape.rank == 0:
+        raise ValueError("a tf.data.Dataset element holds a scalar; expected batches (dataset.batch(n))")
+    return _decoded(value.to_list() if hasattr(value, "to_list") else value.numpy().tolist())
+
+
+def _records(row):
+    """A dict of equal lists (TFDS's answers) as a list of dicts; another dict as it is."""
+    if row and all(isinstance(value, list) for value in row.values()):
+        return [dict(zip(row, values)) for values in zip(*row.values())]
+    return row
+
+
+def _decoded(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, list):
+        return [_decoded(item) for item in value]
+    return value
+
+
+def _concatenate(batches):
+    """The batches of `_batch_rows` joined: lists end to end, tuples column by column."""
+    if isinstance(batches[0], tuple):
+        return tuple(_concatenate([batch[i] for batch in batches]) for i in range(len(batches[0])))
+    return [row for batch in batches for row in batch]
 
 
 def task_arguments(task_class, given):
