@@ -13,6 +13,7 @@ import pytest
 
 from kbert.cli import main
 from kbert.modelfolder import ModelFolder
+from kbert.tasks import squad
 from kbert.training.finetune import finetune
 from kbert.training.task_model import TaskModel
 from tests.task_harness import TINY_LABELS, TINY_TEXTS, minilm_vocabulary
@@ -169,13 +170,16 @@ def test_question_answering_trains_saves_and_serves(tiny, tmp_path):
     model = TaskModel.from_checkpoint(str(tiny / "bert"), task="question-answering", sequence_length=24,
                                       dtype="float32", version_2_with_negative=True, doc_stride=8)
     model.compile()
-    model.fit(QUESTIONS, ANSWERS, epochs=2, batch_size=2, verbose=0)
+    model.fit(QUESTIONS, ANSWERS, epochs=2, batch_size=2, verbose=0, validation_data=(QUESTIONS, ANSWERS))
+    threshold = model.task.null_score_diff_threshold  # chosen on the validation predictions
+    assert threshold != squad.NULL_SCORE_DIFF_THRESHOLD
     outputs = model.predict(QUESTIONS)
     assert sorted(outputs) == ["end_logits", "start_logits"]
     assert len(outputs["start_logits"]) > len(QUESTIONS)  # the context in windows of 24 pieces
     model.save(tmp_path / "reader.keras")
     loaded = keras.saving.load_model(tmp_path / "reader.keras")
     assert isinstance(loaded, TaskModel) and loaded.task.doc_stride == 8
+    assert loaded.task.null_score_diff_threshold == threshold
     pair = ([q["question"] for q in QUESTIONS], [q["context"] for q in QUESTIONS])
     again = loaded.predict(pair)
     assert max(np.abs(again[name] - outputs[name]).max() for name in outputs) <= 1e-6

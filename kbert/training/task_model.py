@@ -48,6 +48,7 @@ import keras
 
 from kbert.models import train_on_real_tokens
 from kbert.tasks import DEFAULT_TASK, get_task
+from kbert.tasks.base import Task
 from kbert.training.batching import eval_dataset, train_dataset, training_bucket_width
 from kbert.training.finetune import DEFAULT_WARMUP_FRACTION
 from kbert.training.optimizers import make_optimizer
@@ -191,7 +192,10 @@ class TaskModel(keras.Model):
             y: targets, one per example: label names or indices, scores, tag
                 lists or answers.
             batch_size, epochs: default the task's recipe's.
-            validation_data: `(x, y)` in the same form, or a dataset.
+            validation_data: `(x, y)` in the same form, or a dataset. A task
+                that chooses a setting on dev predictions, as `kbert finetune`
+                does, chooses it here after training (question answering v2.0:
+                its null-score threshold, unless one was given).
             seed: the shuffles' seed (dropout and new weights follow
                 `keras.utils.set_random_seed`).
             **kwargs: `keras.Model.fit`'s (callbacks, verbose...).
@@ -217,12 +221,21 @@ class TaskModel(keras.Model):
         # Each epoch's shuffle is its own (seeded by its number): a run resumed
         # at epoch k skips to epoch k's batches, as an uninterrupted run sees them.
         dataset = dataset.skip(steps * self._restored_epoch(kwargs.get("callbacks")))
+        validation = None
         if validation_data is not None:
             pair = (validation_data,) if _is_dataset(validation_data) else validation_data
-            encoded = self.task.encode(self.examples(*pair))
+            validation = self.examples(*pair)
+            encoded = self.task.encode(validation)
             validation_data = eval_dataset(self.task, encoded, recipe.batch_size)
-        return super().fit(dataset, epochs=recipe.epochs, steps_per_epoch=steps,
-                           validation_data=validation_data, shuffle=False, **kwargs)
+        history = super().fit(dataset, epochs=recipe.epochs, steps_per_epoch=steps,
+                              validation_data=validation_data, shuffle=False, **kwargs)
+        if validation is not None and type(self.task).tune is not Task.tune:
+            # As `kbert finetune` does on dev: a task's choice made on the
+            # validation predictions (question answering's null threshold).
+            outputs = self.task.run(self.network, encoded.features, recipe.batch_size)
+            self.task.tune(validation, self.task.decode(validation, encoded, outputs))
+            self.task_settings = self.task.settings()
+        return history
 
     def _restored_epoch(self, callbacks):
         """The epoch a `keras.callbacks.BackupAndRestore` among `callbacks` resumes at
