@@ -5,8 +5,8 @@
 - Output files: `check_output_file` refuses, before any work, a file kbert
   may not write: one that is an input, one not of kbert's kind (whatever
   `--overwrite` says), one of kbert's kind without `--overwrite`.
-- Interrupts: SIGTERM is raised as `Interrupted`, a `KeyboardInterrupt`, so
-  that both unwind alike (half-written outputs removed on the way out), and
+- Interrupts: SIGTERM and Ctrl-C are raised as `kbert.interrupts.Interrupted`,
+  a `KeyboardInterrupt` (half-written outputs removed on the way out), and
   `interrupted_line` says in one line what was kept and how to go on.
 - Damaged data that TensorFlow reads (a TFRecord shard) is one line too
   (`is_tensorflow_data_error`, `tensorflow_reason`).
@@ -22,14 +22,6 @@ from kbert.fileio import check_distinct, decode_utf8
 
 class CliError(Exception):
     """An error to report in one line, without a traceback."""
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so that half-written outputs are removed on the way out."""
-
-    def __init__(self, signum):
-        super().__init__(signum)
-        self.signum = signum
 
 
 # Exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
@@ -127,10 +119,6 @@ def is_vocab_file(path):
         return {"[UNK]", "[CLS]", "[SEP]"} <= set(load_vocab(path))
     except (OSError, ValueError):
         return False
-
-
-def raise_interrupted(signum, frame):
-    raise Interrupted(signum)
 
 
 def interrupted_line(args):

@@ -466,3 +466,27 @@ def test_damaged_pretraining_metadata_names_the_file(tmp_path):
     (tmp_path / "pretraining_data.json").write_text('{"shards": ')
     with pytest.raises(ValueError, match=r"pretraining_data.json is not valid JSON \(Expecting value"):
         read_metadata(str(tmp_path))
+
+
+def test_a_signal_whose_raise_was_lost_still_stops_training():
+    """SIGTERM's handler raises where Python runs next; code that swallows that
+    raise (a C extension's callback) must not let training go on."""
+    import keras
+
+    from kbert import interrupts
+    from kbert.training.backup import PendingInterrupt
+
+    previous = interrupts.handle_signals()
+    try:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        except interrupts.Interrupted:
+            pass  # swallowed, as the C code would
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+        with pytest.raises(interrupts.Interrupted):
+            model.fit(np.zeros((8, 2)), np.zeros((8, 1)), epochs=3, batch_size=2, verbose=0,
+                      callbacks=[PendingInterrupt()])
+    finally:
+        interrupts.restore(previous)
+    interrupts.raise_pending()  # forgotten once the handlers are restored

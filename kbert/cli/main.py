@@ -29,18 +29,17 @@ from kbert.cliargs import (
 from kbert.cliio import (
     EXIT_INTERRUPTED,
     CliError,
-    Interrupted,
     check_output_file,
     in_main_thread,
     input_paths,
     interrupted_line,
     is_npy,
     is_tensorflow_data_error,
-    raise_interrupted,
     read_texts,
     tensorflow_reason,
 )
 from kbert.fileio import write_file
+from kbert.interrupts import Interrupted, handle_signals, restore
 from kbert.recipes import DISTILLATION
 
 # TensorFlow's start-up lines that `_quiet_tensorflow` drops.
@@ -530,7 +529,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     # SIGTERM (a killed job, `timeout`) unwinds like Ctrl-C: half-written
     # outputs are removed, and one line says what was kept.
-    previous = signal.signal(signal.SIGTERM, raise_interrupted) if in_main_thread() else None
+    previous = handle_signals() if in_main_thread() else None
     try:
         _quiet_tensorflow()
         status = args.run(args)
@@ -548,7 +547,8 @@ def main(argv=None):
         return 2
     except KeyboardInterrupt as stop:
         if previous is not None:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one while reporting
+            for signum in previous:  # a second one while reporting
+                signal.signal(signum, signal.SIG_IGN)
         try:
             line = interrupted_line(args)
         except Exception:  # noqa: BLE001  (the one line matters more than its detail)
@@ -557,7 +557,7 @@ def main(argv=None):
         return 128 + stop.signum if isinstance(stop, Interrupted) else EXIT_INTERRUPTED
     finally:
         if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+            restore(previous)
     return status or 0
 
 

@@ -18,7 +18,7 @@ from kbert.config import PRESETS, BertConfig
 from kbert.hardware import log_dtype
 from kbert.models.pretrainer import bert_pretrainer
 from kbert.pretraining.records import make_pretraining_dataset, read_metadata
-from kbert.training.backup import AtomicBackup
+from kbert.training.backup import AtomicBackup, PendingInterrupt
 from kbert.training.distribute import (
     chief_folder,
     compile_for_strategy,
@@ -296,7 +296,7 @@ def pretrain(
     # Workers other than the chief write everything (logs, checkpoints, the
     # final model) to a scratch folder deleted at the end.
     with chief_folder(out, strategy) as out_folder:
-        callbacks = [logger, _tensorboard(os.path.join(out_folder, LOGS_FOLDER))]
+        callbacks = [logger, _tensorboard(os.path.join(out_folder, LOGS_FOLDER)), PendingInterrupt()]
         done_windows = 0
         if checkpoint_every is not None:
             backup = AtomicBackup(backup_dir, lambda: logger.windows, strategy)
@@ -327,7 +327,7 @@ def pretrain(
                 steps_per_epoch=remainder,
                 validation_data=evaluation,
                 validation_steps=eval_steps if evaluation is not None else None,
-                callbacks=[logger, callbacks[1]],
+                callbacks=callbacks[:3],
                 shuffle=False,
                 verbose=verbose,
             )

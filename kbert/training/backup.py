@@ -14,6 +14,7 @@ import tempfile
 import keras
 import numpy as np
 
+from kbert.interrupts import raise_pending
 from kbert.training.distribute import chief_folder
 
 # Folder names inside the backup folder: the newest complete checkpoint, and
@@ -116,3 +117,12 @@ class AtomicBackup(keras.callbacks.BackupAndRestore):
             os.rename(latest, previous)
         os.rename(staging, latest)
         shutil.rmtree(previous, ignore_errors=True)
+
+
+class PendingInterrupt(keras.callbacks.Callback):
+    """Raises, at the next step, a signal whose handler's raise was lost (`kbert.interrupts`)."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        raise_pending()
+
+    on_test_batch_end = on_train_batch_end

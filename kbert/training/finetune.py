@@ -29,7 +29,7 @@ from kbert.training.distribute import (
     get_strategy,
     log_batch_sizes,
 )
-from kbert.training.backup import AtomicBackup
+from kbert.training.backup import AtomicBackup, PendingInterrupt
 from kbert.training.optimizers import DEFAULT_WEIGHT_DECAY, layerwise_multipliers, make_optimizer
 
 # BERT paper, section 4/A.3: warm up over the first 10% of steps.
@@ -371,7 +371,7 @@ def fit_epochs(
             validation_data=validation_data,
             epochs=epochs,
             steps_per_epoch=steps_per_epoch,
-            callbacks=[_StopOnNonFiniteLoss(resume_dir), step_logger, backup, *callbacks],
+            callbacks=[PendingInterrupt(), _StopOnNonFiniteLoss(resume_dir), step_logger, backup, *callbacks],
             shuffle=False,  # the dataset shuffles itself
             verbose=verbose,
         )
