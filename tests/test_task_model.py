@@ -366,3 +366,18 @@ def test_the_model_trains_and_saves_under_another_backend(tiny, tmp_path, backen
     assert result["backend"] == backend
     assert np.abs(np.array(result["outputs"]) - model.predict(TEXTS)).max() <= 1e-5
     assert np.isfinite(result["loss"]) and result["reloaded"] <= 1e-6
+
+
+@pytest.mark.slow
+def test_the_folder_it_writes_exports_within_budget(tiny, tmp_path):
+    """What TaskModel trained exports as `kbert finetune`'s folders do: every
+    artefact written, run in its runtime and judged against the task's budgets."""
+    from kbert.export import export_model
+
+    model = trained(tiny)
+    model.save_folder(str(tmp_path / "folder"))
+    report = export_model(str(tmp_path / "folder"), str(tmp_path / "saved_models" / "topics"),
+                          data=str(tiny / "data.csv"), formats="savedmodel,tflite,onnx",
+                          calibration=str(tiny / "data.csv"), latency_runs=2, log=lambda line: None)
+    assert {entry["format"] for entry in report["artefacts"]} == {"savedmodel", "tflite", "onnx"}
+    assert report["passed"], [entry for entry in report["artefacts"] if not entry["passed"]]
