@@ -88,6 +88,21 @@ def test_judge_budgets():
     assert serving_for(regressor).judge({"quantization": "dynamic", "max_abs_diff": 0.1, "spearman": 0.846}, {"spearman": 0.85})["passed"]
 
 
+def test_quantizations_without_a_budget_are_skipped():
+    from kbert.export.exporter import _plan
+
+    task = task_instance("text-classification", {"labels": ["a", "b"]})
+    task.budgets = {"fp16": 0.001}  # a task that declares one budget only
+    log = []
+    plan = _plan(task, "tflite,onnx", options.QUANTIZATIONS, log.append)
+    assert plan == [("tflite", "none"), ("tflite", "fp16"), ("onnx", "none")]
+    assert "onnx dynamic: skipped: task 'text-classification' declares no accuracy budget for it (Task.budgets)" in log
+    task.budgets = {}
+    assert _plan(task, "onnx", ["dynamic", "none"], log.append) == [("onnx", "none")]
+    with pytest.raises(ValueError, match="^onnx dynamic: task 'text-classification' declares no accuracy budget"):
+        _plan(task, "onnx", ["dynamic"], log.append)
+
+
 def test_latency_and_agreement():
     latency = verify.measure_latency(lambda: None, runs=50, warmup=2)
     assert latency["runs"] == 50 and 0 <= latency["median_ms"] <= latency["p90_ms"]

@@ -155,8 +155,9 @@ def export_model(
 def _plan(task, formats, quantizations, log):
     """The `(format, quantization)` steps to run: those the task has and supports.
 
-    A step the task cannot convert (`Serving.tflite_unsupported`) is logged and
-    skipped; `ValueError` if no step is left.
+    A step the task cannot convert (`Serving.tflite_unsupported`), or a
+    quantization it has no metric budget for, is logged and skipped;
+    `ValueError` if no step is left.
     """
     available = task_formats(task)
     formats = parse_names(formats or available, FORMATS, "format")
@@ -167,6 +168,9 @@ def _plan(task, formats, quantizations, log):
         )
     unsupported = {("tflite", q): why for q, why in serving_for(task).tflite_unsupported().items()}
     plan = [(f, q) for f in formats for q in quantizations if q in SUPPORTED[f]]
+    for step in plan:  # a quantized artefact is judged by what the task allows it to lose
+        if step[1] != "none" and step[1] not in task.budgets:
+            unsupported.setdefault(step, f"task {task.name!r} declares no {task.metric} budget for it (Task.budgets)")
     skipped = [step for step in plan if step in unsupported]
     plan = [step for step in plan if step not in unsupported]
     if skipped and not plan:
