@@ -157,8 +157,13 @@ class ModelFolder:
                 f"{paths[VOCAB_FILE]} has {len(loaded.vocabulary)} tokens; the model has "
                 f"vocab_size={loaded.config.vocab_size}"
             )
-        loaded.model = with_head_layer(model, loaded.task)
-        loaded.task.check_model(loaded.model, source)
+        # Checked before a legacy head moves into its layer: a model that does
+        # not fit the settings is named as such, not as a weight with no place.
+        loaded.task.check_model(model, source)
+        try:
+            loaded.model = with_head_layer(model, loaded.task)
+        except ValueError as error:
+            raise ValueError(f"{paths[MODEL_FILE]}: {error}") from None
         return loaded
 
     @classmethod

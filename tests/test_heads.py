@@ -98,6 +98,16 @@ def test_a_legacy_weight_without_a_place_is_refused():
         with_head_layer(odd, task)
 
 
+def test_a_legacy_model_that_does_not_fit_its_settings_is_named_so(tmp_path):
+    """A cross-cosine model whose settings say "cross": the settings' mismatch, not a weight's."""
+    task = task_instance("text-pair-regression", {"head": "cross"})
+    folder_settings = {"bert_config": TINY.to_dict(), "sequence_length": SEQUENCE_LENGTH, "lowercase": True}
+    write_model_folder(str(tmp_path / "m"), legacy_pair(bert_encoder(TINY)), list(minilm_vocabulary()), task,
+                       folder_settings, {})
+    with pytest.raises(ValueError, match="settings name the 'cross' head but the model has the cosine term"):
+        ModelFolder.load(str(tmp_path / "m"))
+
+
 def test_heads_round_trip_through_keras_files(tmp_path):
     """Every head saves and loads in a `.keras` file with its model, to the same outputs."""
     inputs = tiny_inputs(TINY.vocab_size, batch=2, length=SEQUENCE_LENGTH)
