@@ -30,6 +30,7 @@ from kbert.training.distill import build_student, distill, kept_layers, teacher_
 from tests.model_harness import tiny_inputs
 from tests.task_harness import load_tool, minilm_vocabulary, write_task_folder
 from tests.test_cli import LABELS, subset, write_csv
+from tests.test_adding_a_task import CHOICES, MultipleChoice, registered, write_examples  # noqa: F401  (fixture)
 from tests.test_export_units import TINY
 
 STSB = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "glue-stsb")
@@ -572,3 +573,11 @@ def test_bad_numbers_from_python(untrained, arguments, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         distill(untrained["classifier"], untrained["texts"], untrained["texts"], str(out), **arguments)
     assert not out.exists()
+
+
+def test_teacher_targets_keep_a_task_s_groups(registered, tmp_path):
+    """Rows that must stay together (a multiple-choice example's options) stay so for the student."""
+    teacher = ModelFolder.load(write_task_folder(tmp_path / "teacher", MultipleChoice.name, {}, TINY, 32))
+    examples = teacher.task.read(write_examples(tmp_path / "data.csv", 6, seed=0))
+    rows = teacher_targets(teacher, teacher.task, examples, [], 8, log=lambda line: None)
+    assert rows.group_size == CHOICES and len(rows) == 6 * CHOICES

@@ -426,4 +426,4 @@ def teacher_targets(teacher, task, examples, unlabelled, batch_size, log):
     # several stacked on a last axis (question answering's start and end logits).
     teacher = [outputs[name] for name in task.outputs]
     teacher = teacher[0] if len(teacher) == 1 else np.stack(teacher, axis=-1)
-    return Encoded(features, distillation_targets(targets, teacher, hard_weight))
+    return Encoded(features, distillation_targets(targets, teacher, hard_weight), group_size=encoded.group_size)
