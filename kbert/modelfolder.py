@@ -4,7 +4,7 @@
 | --- | --- |
 | `model.keras` | the task's model (token ids -> the task's outputs) |
 | `vocab.txt` | the WordPiece vocabulary |
-| `kbert.json` | `task`, `task_settings` (e.g. label names), `bert_config`, `sequence_length`, `lowercase`, how it was trained |
+| `kbert.json` | `task`, `task_settings` (the task's config: label names, data columns, options), `bert_config`, `sequence_length`, `lowercase`, how it was trained |
 | `metrics.json` | dev figures and the training curve |
 | `.kbert-manifest.json` | the files kbert wrote: what `--overwrite` may replace (`kbert.fileio`) |
 
@@ -114,8 +114,10 @@ class ModelFolder:
         self.sequence_length = settings["sequence_length"]
         self.lowercase = settings["lowercase"]
         self.tokenizer = WordPieceTokenizer(vocabulary, lowercase=self.lowercase)
-        self.task = get_task(settings["task"])(
-            self.tokenizer, self.sequence_length, **settings["task_settings"]
+        # Folders written before one config per task kept the data options apart.
+        former = {k: v for k, v in (settings.get("options") or {}).items() if v is not None}
+        self.task = get_task(settings["task"]).stored(
+            self.tokenizer, self.sequence_length, {**former, **settings["task_settings"]}
         )
 
     @classmethod
@@ -228,22 +230,20 @@ class ModelFolder:
         """Packs inputs to `sequence_length` from now on (e.g. to time another length)."""
         self.config.check_sequence_length(sequence_length)
         self.sequence_length = sequence_length
-        self.task = type(self.task)(self.tokenizer, sequence_length, **self.task.settings())
+        self.task = type(self.task).stored(self.tokenizer, sequence_length, self.task.settings())
 
     def use_options(self, given=None):
-        """The data options: those stored with the model, then those `given` that its task takes.
+        """The task's options: those stored with the model, with those `given` merged in.
 
         Args:
             given: dict. Option name -> value given (on the command line), or None.
 
         Returns:
-            dict, which the task now uses (`Task.use_options`); read data with it.
+            dict. Every option of the task, by name, as the task now uses them
+            (`Task.use_options`); read data with it.
         """
-        stored = self.settings.get("options") or {}
-        own = {option.name for option in self.task.options}
-        options = {**stored, **{k: v for k, v in (given or {}).items() if v is not None and k in own}}
-        self.task.use_options(options)
-        return options
+        self.task.use_options(given)
+        return {option.name: getattr(self.task, option.name) for option in self.task.options}
 
     # === The model ===
 

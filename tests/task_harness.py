@@ -51,7 +51,7 @@ def write_task_folder(
     from kbert.modelfolder import write_model_folder
     from kbert.models.heads import HEAD_LAYER, DenseHead
 
-    task = task_instance(name, settings, sequence_length)
+    task = task_instance(name, {**settings, **(options or {})}, sequence_length)
     model = task.build_model(config, dtype=dtype)
     rng = np.random.default_rng(seed)
     for variable in model.weights:
@@ -63,7 +63,6 @@ def write_task_folder(
         "bert_config": config.to_dict(),
         "sequence_length": sequence_length,
         "lowercase": True,
-        "options": options or {},
     }
     write_model_folder(str(path), model, list(minilm_vocabulary()), task, folder_settings, {})
     return str(path)

@@ -101,7 +101,7 @@ def test_finetune_without_recipe_flags_runs_the_tasks_recipe_under_dtype_auto(wo
     with open(os.path.join(out, "kbert.json")) as f:
         settings = json.load(f)
     assert settings["dtype"] == chosen
-    assert settings["sequence_length"] == 128 and settings["options"]["truncate"] == "head_tail"
+    assert settings["sequence_length"] == 128 and settings["task_settings"]["truncate"] == "head_tail"
     assert settings["training"] == {
         "epochs": 2, "batch_size": 32, "learning_rate": 1e-4, "warmup_fraction": 0.1,
         "weight_decay": 0.01, "layer_decay": 1.0, "ema_momentum": None, "reinit_pooler": False,

@@ -544,7 +544,7 @@ def test_finetune_evaluate_predict(tmp_path, small):
     if row["answer"] is not None:
         assert context[row["start"] : row["end"]] == row["answer"]
     status, _, err = run_cli(["predict", "--model", out, "--input", str(lines), "--doc-stride", "0"])
-    assert status == 2 and "doc_stride='0'; expected an integer of at least 1" in err
+    assert status == 2 and "doc_stride=0; expected an integer of at least 1" in err
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ Keras model, its settings round-trip through a model folder, and nothing
 outside `kbert/tasks/` tests a task's name.
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -79,9 +80,12 @@ def test_export_graph_computes_the_keras_outputs(name, target):
 def test_model_folder_round_trip(name, tmp_path):
     folder = write_task_folder(tmp_path / "m", name, SETTINGS[name], TINY)
     loaded = ModelFolder.load(folder)
-    assert loaded.task.name == name and loaded.task.settings() == SETTINGS[name]
+    stored = loaded.task.settings()  # every field of the task's config, once
+    assert loaded.task.name == name and all(stored[key] == value for key, value in SETTINGS[name].items())
+    assert sorted(stored) == sorted(field.name for field in dataclasses.fields(loaded.task.Config))
     settings = json.load(open(os.path.join(folder, "kbert.json")))
     assert settings["format"] == "kbert-model" and settings["task"] == name
+    assert settings["task_settings"] == stored and "options" not in settings
 
 
 def test_nothing_outside_the_tasks_tests_a_task_name():
@@ -106,7 +110,7 @@ def test_legacy_model_folder_loads_as_a_text_classifier(tmp_path):
     folder = write_task_folder(tmp_path / "new", "text-classification", SETTINGS["text-classification"], TINY)
     settings = json.load(open(os.path.join(folder, "kbert.json")))
     labels = settings.pop("task_settings")["labels"]
-    for key in ("format", "task", "options"):
+    for key in ("format", "task"):
         settings.pop(key)
     json.dump(settings, open(os.path.join(folder, "kbert.json"), "w"))
     json.dump(labels, open(os.path.join(folder, "labels.json"), "w"))
@@ -293,16 +297,16 @@ def test_cross_cosine_head_reads_each_text_as_sentence_transformers_does():
 
 def test_pair_regression_head_is_chosen_when_training(tmp_path, capsys):
     """Folders written before `--head` load with the [CLS] head; a trained head cannot be swapped."""
-    legacy = write_task_folder(tmp_path / "legacy", "text-pair-regression", {}, TINY)
+    legacy = write_task_folder(tmp_path / "legacy", "text-pair-regression", {"head": "cross"}, TINY)
     settings = json.load(open(os.path.join(legacy, "kbert.json")))
     settings["task_settings"] = {}
     json.dump(settings, open(os.path.join(legacy, "kbert.json"), "w"))
     loaded = ModelFolder.load(legacy)
-    assert loaded.task.head_name == "cross" and loaded.model.get_layer("head").dense.kernel.shape == (32, 1)
+    assert loaded.task.head == "cross" and loaded.model.get_layer("head").dense.kernel.shape == (32, 1)
     data = _pairs(tmp_path / "dev.tsv", [("A cat sat.", "A cat is sitting.", "4.5"), ("a", "b", "0")])
     assert main(["evaluate", "--model", legacy, "--data", data]) == 0
     assert main(["evaluate", "--model", legacy, "--data", data, "--head", "cross-cosine"]) == 2
-    assert "this model has the 'cross' head; a head is chosen when training" in capsys.readouterr().err
+    assert "--head 'cross-cosine': this model has head 'cross'; it is chosen when training" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:
         main(["finetune", "--task", "text-pair-regression", "--train", data, "--dev", data,
               "--init", "bert_tiny", "--head", "mean", "--out", str(tmp_path / "m")])
@@ -328,20 +332,21 @@ def test_tflite_packing_equals_the_packer(mrpc_dev, name):
 
 def test_text_classifiers_truncation_is_an_option_kept_with_the_model(tmp_path, capsys):
     """`--truncate` when training is stored; a folder from before the option keeps the start."""
-    task = task_instance("text-classification", {"labels": ["a", "b"]}, 8)
-    assert task.truncate == "longest_first"  # what folders without the setting were trained with
+    config = TASKS["text-classification"].Config
+    assert config.stored({"labels": ["a", "b"]}).truncate == "longest_first"  # folders without the setting
     assert TASKS["text-classification"].resolve_options({})["truncate"] == "head_tail"
+    task = task_instance("text-classification", {"labels": ["a", "b"], "truncate": "longest_first"}, 8)
     text = "one two three four five six seven eight nine ten"
     example = task.examples_from_texts([text])
     assert task.tokenizer.detokenize(task.encode(example, targets=False).features["token_ids"][:1, 1:-1]).numpy()[0] == (
         b"one two three four five six"
     )
     task.use_options({"truncate": "head_tail"})
-    assert task.settings() == {"labels": ["a", "b"], "truncate": "head_tail"}
+    assert task.settings()["truncate"] == "head_tail"
     assert task.tokenizer.detokenize(task.encode(example, targets=False).features["token_ids"][:1, 1:-1]).numpy()[0] == (
         b"one two three eight nine ten"
     )
-    with pytest.raises(ValueError, match="--truncate 'middle'; expected one of head_tail, longest_first"):
+    with pytest.raises(ValueError, match="truncate='middle'; expected one of head_tail, longest_first"):
         task.use_options({"truncate": "middle"})
     folder = write_task_folder(tmp_path / "m", "text-classification", {"labels": ["a", "b"], "truncate": "head_tail"}, TINY)
     data = tmp_path / "dev.csv"

@@ -30,7 +30,7 @@ CONLL = os.path.join(REPO, "..", "shared", "data", "conll2003")
 DOCS = os.path.join(REPO, "docs", "tasks", "token-classification.md")
 NAME = "token-classification"
 TAGS = ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
-SETTINGS = {"tags": TAGS, "scheme": "IOB2"}
+SETTINGS = {"tags": TAGS, "scheme": "IOB2", "word_split": "none"}  # whole CoNLL tokens
 # Text beyond CoNLL's: accents, CJK, Greek, control and zero-width characters,
 # special tokens, punctuation inside words.
 HARD_TEXTS = [
@@ -358,8 +358,10 @@ def test_word_split_setting_and_former_folders(tmp_path):
     task.use_options({"tag_scheme": "auto"})
     assert task.word_split == "none"
     task.use_options({"word_split": "raw"})
-    assert task.settings() == {**SETTINGS, "word_split": "raw"}
+    assert task.settings()["word_split"] == "raw"
     assert TASKS[NAME].resolve_options({})["word_split"] == "raw"
+    assert task_instance(NAME, {"tags": SETTINGS["tags"]}).word_split == "raw"  # a new model's
+    assert TASKS[NAME].Config.stored({"tags": SETTINGS["tags"]}).word_split == "none"  # a former folder's
     with pytest.raises(ValueError, match="word_split='bpe'; expected one of raw, none"):
         task.use_options({"word_split": "bpe"})
     folder = ModelFolder.load(write_task_folder(tmp_path / "model", NAME, SETTINGS, TINY))

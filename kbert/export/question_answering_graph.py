@@ -169,7 +169,7 @@ def best_answers(task, features, outputs):
     if task.version_2_with_negative:
         null = tf.math.unsorted_segment_min(start_logits[:, 0] + end_logits[:, 0], example, examples)
         diff = null - best
-        answered = found & ~(diff > task.null_score_diff_threshold)
+        answered = found & ~(diff > task.threshold)
         score = tf.where(answered, best, null)
         result["null_score_diff"] = tf.cast(tf.minimum(diff, NO_SPAN_DIFF), tf.float32)
     context = features["context"]

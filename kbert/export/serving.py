@@ -71,7 +71,7 @@ class RegressionServing(Serving):
         return {"score": tf.reshape(outputs["score"], [-1])}
 
     def tflite_unsupported(self):
-        if self.task.head_name == "cross":
+        if self.task.head == "cross":
             return {}
         return {"16x8": "the cross-cosine head splits the pair with int32 arithmetic, whose "
                         "inputs LiteRT's 16x8 quantizer cannot calibrate (use dynamic or int8)"}

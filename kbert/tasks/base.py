@@ -9,8 +9,8 @@ command line, tests its name. A task rests on `kbert.models` and `kbert.text` on
 The life of a task instance:
 
     examples = Task.read(path, options)            # list of dicts, each with "line"
-    settings = Task.learn(examples, path)          # what training data teaches (labels)
-    task = Task(tokenizer, sequence_length, **settings)
+    learned = Task.learn(examples, path)           # what training data teaches (labels)
+    task = Task(tokenizer, sequence_length, **learned, **options)   # its `Config`
     encoded = task.encode(examples)                # `Encoded`: features, targets, rows -> examples
     model = task.build_model(encoder, dtype)       # inputs: ENCODER_INPUTS
     outputs = task.run(model, encoded.features)    # {name: array} keyed by task.outputs
@@ -22,6 +22,7 @@ A task's model is the encoder and one head layer (`kbert.models.heads`, named
 and calls that layer on it.
 """
 from kbert.tasks import inference
+from kbert.tasks.task_config import ConfigFields, TaskConfig
 
 # Examples tokenized per call of the preprocessor in `encode`.
 ENCODE_CHUNK = 1024
@@ -31,20 +32,27 @@ ENCODE_CHUNK = 1024
 METRIC_BUDGETS = {"fp16": 0.001, "dynamic": 0.005, "int8": 0.005, "16x8": 0.005}
 
 
-class Task:
+class Task(ConfigFields):
     """One BERT task; subclasses set the class attributes and the hooks below.
 
     Args:
         tokenizer: `kbert.text.WordPieceTokenizer`.
         sequence_length: int. Packed length of every input row.
-        **settings: what `learn` returned when the model was trained.
+        **values: fields of the task's `Config` (what `learn` returned, the
+            flags given); the others take their defaults.
+
+    A task's settings are its `config`, whose fields read and write as the
+    task's attributes (`task.labels`).
     """
 
     # The registry name, used by `--task`.
     name = None
     # One line for `kbert finetune --help`.
     description = ""
-    # Options of `read`, in CLI order.
+    # Every setting, declared once (`kbert.tasks.task_config`): the flags,
+    # what is learned from training data, what `kbert.json` stores.
+    Config = TaskConfig
+    # The flags of `Config`, in CLI order (set for each subclass).
     options = ()
     # Names of the model's outputs.
     outputs = ("logits",)
@@ -69,14 +77,31 @@ class Task:
     # (`kbert.recipes.Recipe`): each trainable task names its own.
     recipe = None
 
-    def __init__(self, tokenizer, sequence_length, **settings):
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.options = cls.Config.flags()
+
+    def __init__(self, tokenizer, sequence_length, **values):
         from kbert.text import BertPreprocessor
 
-        if settings:
-            raise ValueError(f"task {self.name!r} takes no settings; got {sorted(settings)}")
         self.tokenizer = tokenizer
         self.sequence_length = sequence_length
+        self.config = self.Config.create(values, f"task {self.name!r}")
+        # A model folder's task: its `built` flags are fixed (`TaskConfig.merged`).
+        self.trained = False
         self.preprocessor = BertPreprocessor(tokenizer, sequence_length=sequence_length)
+        self.configure()
+
+    @classmethod
+    def stored(cls, tokenizer, sequence_length, values):
+        """The task of a model folder's stored settings (`TaskConfig.stored`)."""
+        task = cls(tokenizer, sequence_length, **cls.Config.stored(values, f"task {cls.name!r}").to_dict())
+        task.trained = True
+        return task
+
+    def configure(self):
+        """Sets what follows from `config` (a preprocessor that cuts otherwise);
+        called whenever the config changes. Default: nothing."""
 
     # === Data ===
 
@@ -87,47 +112,38 @@ class Task:
 
     @classmethod
     def learn(cls, examples, source):
-        """What the training data teaches beyond weights (label names): a JSON dict."""
+        """What the training data teaches (label names): `Config` fields, a JSON dict."""
         return {}
 
     @classmethod
     def resolve_options(cls, options):
-        """`options` (name -> value or None) completed with this task's defaults."""
-        options = options or {}
-        return {o.name: options.get(o.name) if options.get(o.name) is not None else o.default
-                for o in cls.options}
+        """`options` (name -> value or None) completed with the flags' defaults."""
+        given = options or {}
+        return {o.name: o.default if given.get(o.name) is None else given[o.name] for o in cls.options}
 
     def settings(self):
-        """The JSON dict stored in the model folder; `Task(..., **settings)` rebuilds."""
-        return {}
+        """The JSON dict stored in the model folder: every `Config` field."""
+        return self.config.to_dict()
 
     def use_options(self, options):
-        """Takes the data options that act beyond `read` (a window stride, a threshold).
-
-        Called with the options (name -> value or None; command-line values
-        are strings) wherever this instance's examples are read: by the
-        trainer, `evaluate`, `predict` and the exporter. Default: none.
-        """
+        """Merges the flags given (name -> value or None; command-line values are
+        strings) into `config` (`TaskConfig.merged`). Called wherever this
+        instance's examples are read: by the trainer, `evaluate`, `predict`
+        and the exporter."""
+        self.config = self.config.merged(options, self.trained)
+        self.configure()
 
     def tune(self, examples, predictions):
-        """Settings chosen on the dev predictions after training (a threshold).
-
-        The trainer calls it before the dev figures are computed and stores
-        `settings()` after it. Returns what it chose and what training
-        counted (questions skipped), a JSON dict merged into metrics.json;
-        default: nothing.
-        """
+        """Settings chosen on the dev predictions after training (a threshold), before
+        the dev figures are computed and `settings()` stored. Returns what it chose
+        and what training counted, a JSON dict merged into metrics.json."""
         return {}
 
     @classmethod
     def pretrained_settings(cls, checkpoint, options):
-        """The settings of this task on a pretrained encoder, for a task that needs no training.
-
-        Args:
-            checkpoint: str or None. The checkpoint's folder, for what it says
-                of the task (None: a kbert model folder's encoder).
-            options: dict. Option name -> value given, or None.
-        """
+        """The settings of a task that needs no training on a pretrained encoder: from
+        the `options` given (name -> value or None) and what the `checkpoint` folder
+        says of the task (None: a kbert model folder's encoder)."""
         raise ValueError(f"task {cls.name!r} needs training; it has no pretrained settings")
 
     @classmethod
@@ -195,11 +211,8 @@ class Task:
     def run(self, model, features, batch_size=64):
         """`model`'s outputs on int32 `features`, a dict keyed by `outputs`
         (`kbert.tasks.inference`): rows in batches of similar length, or at
-        their full length if the task `reads_sequence`.
-
-        Raises `ValueError` if the model gives NaN or infinity (a diverged or
-        corrupt model), rather than passing them on to be printed.
-        """
+        their full length if the task `reads_sequence`. `ValueError` if the
+        model gives NaN or infinity (a diverged or corrupt model)."""
         if self.reads_sequence:
             return inference.run_full_length(model, features, self.outputs, batch_size)
         return inference.run_by_length(model, features, self.outputs, self.sequence_length, batch_size)
@@ -217,10 +230,8 @@ class Task:
         raise NotImplementedError
 
     def embeddings(self, predictions):
-        """float32 `(n, dimension)`: one vector per single-text example's prediction.
-
-        For `kbert embed` and `kbert search`; tasks that give no text vectors raise.
-        """
+        """float32 `(n, dimension)`: one vector per single-text example's prediction
+        (`kbert embed`, `kbert search`); tasks that give no text vectors raise."""
         raise ValueError(
             f"task {self.name!r} gives no text embeddings; use a task that does "
             "(--task sentence-embedding)"

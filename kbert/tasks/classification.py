@@ -10,29 +10,27 @@ from kbert.tasks.inference import softmax
 from kbert.tasks.text_task import TextTask
 
 
-class ClassificationTask(TextTask):
-    """One or two texts -> one of `labels`, from the pooled [CLS] vector.
+def check_labels(labels):
+    """Raises `ValueError` unless `labels` are at least 2 distinct one-line names."""
+    if not isinstance(labels, list) or len(labels) < 2 or not all(
+        isinstance(label, str) and label.strip() and "\n" not in label and "\r" not in label
+        for label in labels
+    ):
+        raise ValueError(f"labels={labels!r:.200}; expected a list of at least 2 one-line names")
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"labels={labels!r:.200} repeat a name")
 
-    Args:
-        tokenizer, sequence_length: see `Task`.
-        labels: list of str. Class names in output order.
-    """
+
+class ClassificationTask(TextTask):
+    """One or two texts -> one of `labels` (a `Config` field), from the pooled [CLS] vector."""
 
     outputs = ("logits",)
     metric = "accuracy"
     metric_scale = 100
     budgets = METRIC_BUDGETS
 
-    def __init__(self, tokenizer, sequence_length, labels):
-        super().__init__(tokenizer, sequence_length)
-        if not isinstance(labels, list) or len(labels) < 2 or not all(
-            isinstance(label, str) and label.strip() and "\n" not in label and "\r" not in label
-            for label in labels
-        ):
-            raise ValueError(f"labels={labels!r:.200}; expected a list of at least 2 one-line names")
-        if len(set(labels)) != len(labels):
-            raise ValueError(f"labels={labels!r:.200} repeat a name")
-        self.labels = labels
+    def configure(self):
+        check_labels(self.labels)
 
     @classmethod
     def learn(cls, examples, source):
@@ -40,9 +38,6 @@ class ClassificationTask(TextTask):
         if len(labels) < 2:
             raise ValueError(f"{source} has {len(labels)} distinct label(s) {labels}; need at least 2")
         return {"labels": labels}
-
-    def settings(self):
-        return {"labels": list(self.labels)}
 
     def check(self, examples, source):
         self.label_ids(examples, source)

@@ -30,6 +30,7 @@ format is a `.tflite` for the TFLite Task Library's `BertQuestionAnswerer`
 (`kbert.export.question_answerer`).
 """
 
+import dataclasses
 
 import numpy as np
 
@@ -38,20 +39,9 @@ from kbert.recipes import Recipe
 from kbert.tasks import squad, squad_eval
 from kbert.tasks.base import Task
 from kbert.tasks.squad_features import pack_row, prepare, question_rows, train_figures
-from kbert.tasks.records import Encoded, Option, Rows
+from kbert.tasks.records import Encoded, Rows
+from kbert.tasks.task_config import TaskConfig, learned, option
 
-OPTIONS = (
-    Option("doc_stride", "pieces between the starts of a long context's windows", squad.DOC_STRIDE),
-    Option("max_query_length", "question pieces kept (the rest is cut)", squad.MAX_QUERY_LENGTH),
-    Option("max_answer_length", "longest answer, in pieces", squad.MAX_ANSWER_LENGTH),
-    Option("n_best_size", "start and end candidates per window", squad.N_BEST_SIZE),
-    Option(
-        "null_score_diff_threshold",
-        "SQuAD v2.0: answer nothing when the [CLS] score beats the best span's by more than "
-        "this (default: tuned on --dev by finetune, then the model's)",
-        None,
-    ),
-)
 # Quantized artefacts may lose this much F1 (points) against the Keras model.
 # One question of the 208 in the Normans sample moves F1 by up to 0.48 points;
 # dynamic int8 BERT loses about a point of SQuAD F1 (onnxruntime's and
@@ -62,27 +52,30 @@ F1_BUDGETS = {"fp16": 0.5, "dynamic": 2.0, "int8": 2.0, "16x8": 2.0}
 # 208-question SQuAD 2.0 sample it was trained on; 4 epochs at 1e-4 learned
 # the null answer only. Measured on that sample alone: no full SQuAD run.
 RECIPE = Recipe(epochs=10, learning_rate=3e-4, batch_size=16, sequence_length=384)
-# Integer options and their smallest values.
-_INTEGER_OPTIONS = {"doc_stride": 1, "max_query_length": 1, "max_answer_length": 1, "n_best_size": 1}
+# Integer options, each at least 1.
+_INTEGER_OPTIONS = ("doc_stride", "max_query_length", "max_answer_length", "n_best_size")
 # The figures worth a line in a log, in this order.
 SUMMARY = ("exact_match", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "n")
 
 
 class QuestionAnswering(Task):
-    """Extractive question answering, SQuAD v1.1 and v2.0.
-
-    Args:
-        tokenizer, sequence_length: see `Task`.
-        version_2_with_negative: bool. Questions may have no answer (SQuAD v2.0).
-        null_score_diff_threshold: float. v2.0: answer nothing when the null
-            score minus the best span's exceeds it.
-        doc_stride, max_query_length, max_answer_length, n_best_size: int.
-            run_squad.py's flags of those names.
-    """
+    """Extractive question answering, SQuAD v1.1 and v2.0 (run_squad.py's flags)."""
 
     name = "question-answering"
     description = "question + context -> the answer's span; SQuAD v1.1/v2.0 JSON"
-    options = OPTIONS
+
+    @dataclasses.dataclass(frozen=True)
+    class Config(TaskConfig):
+        version_2_with_negative: bool = learned("questions may have no answer (SQuAD v2.0)", False)
+        doc_stride: int = option("pieces between the starts of a long context's windows", squad.DOC_STRIDE)
+        max_query_length: int = option("question pieces kept (the rest is cut)", squad.MAX_QUERY_LENGTH)
+        max_answer_length: int = option("longest answer, in pieces", squad.MAX_ANSWER_LENGTH)
+        n_best_size: int = option("start and end candidates per window", squad.N_BEST_SIZE)
+        null_score_diff_threshold: float = option(
+            "SQuAD v2.0: answer nothing when the [CLS] score beats the best span's by more than "
+            "this (default: tuned on --dev by finetune, then the model's)",
+        )
+
     recipe = RECIPE
     outputs = ("start_logits", "end_logits")
     reads_sequence = True
@@ -91,29 +84,20 @@ class QuestionAnswering(Task):
     metric_scale = 1.0  # the official scripts' figures are percentages already
     budgets = F1_BUDGETS
 
-    def __init__(
-        self,
-        tokenizer,
-        sequence_length,
-        version_2_with_negative=False,
-        null_score_diff_threshold=squad.NULL_SCORE_DIFF_THRESHOLD,
-        doc_stride=squad.DOC_STRIDE,
-        max_query_length=squad.MAX_QUERY_LENGTH,
-        max_answer_length=squad.MAX_ANSWER_LENGTH,
-        n_best_size=squad.N_BEST_SIZE,
-    ):
-        super().__init__(tokenizer, sequence_length)
-        if not isinstance(version_2_with_negative, bool):
-            raise ValueError(f"version_2_with_negative={version_2_with_negative!r}; expected true or false")
-        self.version_2_with_negative = version_2_with_negative
-        self.null_score_diff_threshold = null_score_diff_threshold
-        self.doc_stride = doc_stride
-        self.max_query_length = max_query_length
-        self.max_answer_length = max_answer_length
-        self.n_best_size = n_best_size
-        self.use_options({})
-        self.threshold_given = False
-        self.train_figures = {}
+    def configure(self):
+        if not isinstance(self.version_2_with_negative, bool):
+            raise ValueError(f"version_2_with_negative={self.version_2_with_negative!r}; expected true or false")
+        for name in _INTEGER_OPTIONS:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)!r}; expected an integer of at least 1")
+        if "train_figures" not in self.__dict__:
+            self.train_figures = {}
+
+    @property
+    def threshold(self):
+        """The null threshold answers are decided by: the config's, until chosen `squad`'s."""
+        value = self.null_score_diff_threshold
+        return squad.NULL_SCORE_DIFF_THRESHOLD if value is None else value
 
     # === Data ===
 
@@ -128,32 +112,6 @@ class QuestionAnswering(Task):
         if not any(example["answers"] for example in examples):
             raise ValueError(f"{source} has no answerable question; nothing to learn")
         return {"version_2_with_negative": any(example["is_impossible"] for example in examples)}
-
-    def settings(self):
-        return {
-            "version_2_with_negative": self.version_2_with_negative,
-            "null_score_diff_threshold": self.null_score_diff_threshold,
-            "doc_stride": self.doc_stride,
-            "max_query_length": self.max_query_length,
-            "max_answer_length": self.max_answer_length,
-            "n_best_size": self.n_best_size,
-        }
-
-    def use_options(self, options):
-        for name, smallest in _INTEGER_OPTIONS.items():
-            value = options.get(name)
-            setattr(self, name, _integer(name, getattr(self, name) if value is None else value, smallest))
-        threshold = options.get("null_score_diff_threshold")
-        if threshold is not None:
-            self.threshold_given = True
-        else:
-            threshold = self.null_score_diff_threshold
-        try:
-            self.null_score_diff_threshold = float(threshold)
-        except (TypeError, ValueError):
-            raise ValueError(f"null_score_diff_threshold={threshold!r}; expected a number") from None
-        if not np.isfinite(self.null_score_diff_threshold):
-            raise ValueError(f"null_score_diff_threshold={threshold!r}; expected a finite number")
 
     def check_model(self, model, source):
         names = sorted(model.output) if isinstance(model.output, dict) else []
@@ -330,7 +288,7 @@ class QuestionAnswering(Task):
         if "answer" in prediction:
             return prediction["answer"]
         best, null = prediction["best"], prediction["null"]
-        if null is not None and (best is None or prediction["null_score_diff"] > self.null_score_diff_threshold):
+        if null is not None and (best is None or prediction["null_score_diff"] > self.threshold):
             return {"text": "", "start": None, "end": None, "score": null["score"], "probability": null["probability"]}
         return best or {"text": "", "start": None, "end": None, "score": None, "probability": None}
 
@@ -341,14 +299,14 @@ class QuestionAnswering(Task):
             odds = [p.get("null_score_diff") for p in predictions]
             metrics = squad_eval.squad_v2_metrics(golds, texts, None if None in odds else odds)
             metrics["n"] = metrics.pop("total")
-            metrics["null_score_diff_threshold"] = self.null_score_diff_threshold
+            metrics["null_score_diff_threshold"] = self.threshold
         else:
             metrics = {**squad_eval.squad_v1_metrics(golds, texts), "n": len(examples)}
         return metrics
 
     def tune(self, examples, predictions):
         """v2.0: the null threshold of the best dev F1 (evaluate-v2.0.py's sweep),
-        unless --null-score-diff-threshold was given.
+        unless one was given (--null-score-diff-threshold) or chosen before.
 
         The sweep scores each question's best span as its answer (predictions
         made with no threshold), so that every threshold is scored as it would
@@ -356,7 +314,7 @@ class QuestionAnswering(Task):
         every dev score difference.
         """
         tuned = dict(self.train_figures)  # what training_rows counted
-        if not self.version_2_with_negative or self.threshold_given:
+        if not self.version_2_with_negative or self.null_score_diff_threshold is not None:
             return tuned
         odds = [p["null_score_diff"] for p in predictions]
         texts = [p["best"]["text"] if p["best"] else "" for p in predictions]
@@ -395,14 +353,6 @@ class QuestionAnswering(Task):
 
     def serving_request(self, example):
         return {"question": example["question"], "context": example["context"]}
-
-def _integer(name, value, smallest):
-    """An integer option's value (command-line values are strings); `ValueError` naming it."""
-    text = str(value).strip()
-    if isinstance(value, bool) or not text.lstrip("-").isdigit() or int(text) < smallest:
-        raise ValueError(f"{name}={value!r}; expected an integer of at least {smallest}")
-    return int(text)
-
 
 def _float(value):
     return None if value is None or not np.isfinite(value) else float(value)

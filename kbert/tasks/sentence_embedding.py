@@ -21,6 +21,7 @@ similarity with the score, the STS evaluation of sentence-transformers'
 the vector of each text given as TEXT or in a `.txt` file.
 """
 
+import dataclasses
 import json
 import os
 
@@ -28,10 +29,10 @@ import numpy as np
 
 from kbert.config import POOLINGS
 from kbert.tasks.base import METRIC_BUDGETS
-from kbert.tasks.records import Option
+from kbert.tasks.task_config import BOOLEANS, option
 from kbert.tasks.inference import run_by_length
 from kbert.tasks.text_task import TextTask
-from kbert.tasks.text_pair_classification import PAIR_OPTIONS
+from kbert.tasks.text_pair_classification import PairColumns
 from kbert.tasks.text_pair_regression import TextPairRegression, regression_metrics
 
 DEFAULT_POOLING = "mean"
@@ -60,38 +61,31 @@ POOLING_MODES = {
 KNOWN_MODULES = ("Transformer", "Pooling", "Normalize")
 # The value of --pooling and --normalize that reads them from the checkpoint.
 AUTO = "auto"
-_BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
 
 class SentenceEmbedding(TextTask):
-    """Texts -> float32 vectors; pairs scored by cosine similarity.
-
-    Args:
-        tokenizer, sequence_length: see `Task`.
-        pooling: str. "mean", "cls" or "max".
-        normalize: bool. L2-normalise each vector.
-    """
+    """Texts -> float32 vectors; pairs scored by cosine similarity."""
 
     name = "sentence-embedding"
     description = (
         "a text -> one vector (no training: --model takes a checkpoint); "
         "evaluated on CSV/TSV pairs with sentence1, sentence2, score"
     )
-    options = PAIR_OPTIONS + (
-        Option("score_column", "column holding the numeric score", "score"),
-        Option(
-            "pooling",
+
+    @dataclasses.dataclass(frozen=True)
+    class Config(PairColumns):
+        score_column: str = option("column holding the numeric score", "score")
+        pooling: str = option(
             f"sentence-embedding pooling: mean, cls or max; {AUTO}: the checkpoint's "
             "sentence-transformers config, else mean",
-            AUTO,
-        ),
-        Option(
-            "normalize",
+            AUTO, (*POOLINGS, AUTO), built=True,
+        )
+        normalize: object = option(
             f"sentence-embedding L2 normalisation: true or false; {AUTO}: the checkpoint's "
             "sentence-transformers modules, else true",
-            AUTO,
-        ),
-    )
+            AUTO, built=True,
+        )
+
     text_options = ("sentence1_column", "sentence2_column")
     target_option = "score_column"
     text_inputs = ("text",)
@@ -101,21 +95,18 @@ class SentenceEmbedding(TextTask):
     budgets = METRIC_BUDGETS
     trainable = False
 
-    def __init__(self, tokenizer, sequence_length, pooling=DEFAULT_POOLING, normalize=DEFAULT_NORMALIZE):
-        super().__init__(tokenizer, sequence_length)
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling={pooling!r}; expected one of {', '.join(POOLINGS)}")
-        if not isinstance(normalize, bool):
-            raise ValueError(f"normalize={normalize!r}; expected true or false")
-        self.pooling = pooling
-        self.normalize = normalize
+    def configure(self):
+        """`auto` without a checkpoint to ask: mean pooling, normalised."""
+        settings = self.pretrained_settings(None, {"pooling": self.pooling, "normalize": self.normalize})
+        self.config = dataclasses.replace(self.config, **settings)
+
+    def use_options(self, options):
+        """`auto` pooling or normalisation keeps what the checkpoint gave (`pretrained_settings`)."""
+        super().use_options({name: value for name, value in (options or {}).items() if value != AUTO})
 
     @classmethod
     def parse_target(cls, value, path, line):
         return TextPairRegression.parse_target(value, path, line)
-
-    def settings(self):
-        return {"pooling": self.pooling, "normalize": self.normalize}
 
     @classmethod
     def pretrained_settings(cls, checkpoint, options):
@@ -128,7 +119,7 @@ class SentenceEmbedding(TextTask):
         if normalize == AUTO:
             normalize = modules.get("normalize", DEFAULT_NORMALIZE)
         elif not isinstance(normalize, bool):
-            normalize = _BOOLEANS.get(str(normalize).strip().lower())
+            normalize = BOOLEANS.get(str(normalize).strip().lower())
             if normalize is None:
                 raise ValueError(f"--normalize {options['normalize']!r}; expected true, false or {AUTO}")
         return {"pooling": pooling, "normalize": normalize}

@@ -14,9 +14,11 @@ macro-F1 over seeds (README, "Results"). `--truncate longest_first` keeps
 the start, as Hugging Face, keras-hub and MediaPipe's on-device tokenizer do.
 """
 
+import dataclasses
+
 from kbert.recipes import Recipe
-from kbert.tasks.records import Option
 from kbert.tasks.classification import ClassificationTask
+from kbert.tasks.task_config import TaskConfig, learned, option
 
 # `BertPacker`'s strategies (kbert.text.packer.TRUNCATE_STRATEGIES), named
 # here so that `kbert --help` imports no TensorFlow. A model folder written
@@ -32,17 +34,18 @@ RECIPE = Recipe(epochs=2, learning_rate=1e-4, batch_size=32, sequence_length=128
 class TextClassification(ClassificationTask):
     name = "text-classification"
     description = "one text -> one of N labels; CSV/TSV with text and label columns"
-    options = (
-        Option("text_column", "column holding the text", "text"),
-        Option("label_column", "column holding the label", "label"),
-        Option(
-            "truncate",
+
+    @dataclasses.dataclass(frozen=True)
+    class Config(TaskConfig):
+        labels: list = learned("class names, in output order", required=True)
+        text_column: str = option("column holding the text", "text")
+        label_column: str = option("column holding the label", "label")
+        truncate: str = option(
             "how a text longer than --seq-len pieces is cut: head_tail keeps its first and last "
             "halves, longest_first its start",
-            TRUNCATIONS[0],
-            TRUNCATIONS,
-        ),
-    )
+            TRUNCATIONS[0], TRUNCATIONS, former=FORMER_TRUNCATION,
+        )
+
     recipe = RECIPE
     text_options = ("text_column",)
     target_option = "label_column"
@@ -50,26 +53,9 @@ class TextClassification(ClassificationTask):
     # One text per example: a raw text is an example without a label.
     distills_unlabelled_text = True
 
-    def __init__(self, tokenizer, sequence_length, labels, truncate=FORMER_TRUNCATION):
-        super().__init__(tokenizer, sequence_length, labels)
-        self._use_truncation(truncate)
-
-    @property
-    def truncate(self):
-        return self.preprocessor.packer.truncate
-
-    def settings(self):
-        return {**super().settings(), "truncate": self.truncate}
-
-    def use_options(self, options):
-        truncate = (options or {}).get("truncate")
-        if truncate is not None:
-            self._use_truncation(truncate)
-
-    def _use_truncation(self, truncate):
+    def configure(self):
         from kbert.text import BertPreprocessor
 
-        if truncate not in TRUNCATIONS:
-            raise ValueError(f"--truncate {truncate!r}; expected one of {', '.join(TRUNCATIONS)}")
-        if truncate != self.truncate:
-            self.preprocessor = BertPreprocessor(self.tokenizer, self.sequence_length, truncate=truncate)
+        super().configure()
+        if self.truncate != self.preprocessor.packer.truncate:
+            self.preprocessor = BertPreprocessor(self.tokenizer, self.sequence_length, truncate=self.truncate)

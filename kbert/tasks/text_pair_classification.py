@@ -9,9 +9,11 @@ truncated longest-first. `kbert evaluate` reports `accuracy`, `macro_f1`,
 as GLUE reports MRPC and QQP.
 """
 
+import dataclasses
+
 from kbert.recipes import Recipe
-from kbert.tasks.records import Option
 from kbert.tasks.classification import ClassificationTask
+from kbert.tasks.task_config import TaskConfig, learned, option
 
 # GLUE's binary tasks call the positive class "1" and report its F1.
 POSITIVE_LABEL = "1"
@@ -20,16 +22,25 @@ POSITIVE_LABEL = "1"
 # 79.1 accuracy / 85.1 F1, 3.4 ± 0.3 points over BERT's own 3 epochs at 5e-5.
 RECIPE = Recipe(epochs=5, learning_rate=1e-4, batch_size=32, sequence_length=128)
 
-PAIR_OPTIONS = (
-    Option("sentence1_column", "column holding the first text of a pair", "sentence1"),
-    Option("sentence2_column", "column holding the second text of a pair", "sentence2"),
-)
+
+
+@dataclasses.dataclass(frozen=True)
+class PairColumns(TaskConfig):
+    """The columns of a pair of texts, shared by the tasks that read pairs."""
+
+    sentence1_column: str = option("column holding the first text of a pair", "sentence1")
+    sentence2_column: str = option("column holding the second text of a pair", "sentence2")
 
 
 class TextPairClassification(ClassificationTask):
     name = "text-pair-classification"
     description = "two texts -> one of N labels; CSV/TSV with sentence1, sentence2 and label"
-    options = PAIR_OPTIONS + (Option("label_column", "column holding the label", "label"),)
+
+    @dataclasses.dataclass(frozen=True)
+    class Config(PairColumns):
+        labels: list = learned("class names, in output order", required=True)
+        label_column: str = option("column holding the label", "label")
+
     recipe = RECIPE
     text_options = ("sentence1_column", "sentence2_column")
     target_option = "label_column"

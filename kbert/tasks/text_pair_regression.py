@@ -13,6 +13,7 @@ as BERT's STS-B recipe does. Two heads (`--head`):
 `kbert evaluate` reports `pearson`, `spearman` and `mse`.
 """
 
+import dataclasses
 import math
 import sys
 
@@ -20,9 +21,9 @@ import numpy as np
 
 from kbert.recipes import Recipe
 from kbert.tasks.base import METRIC_BUDGETS
-from kbert.tasks.records import Option
+from kbert.tasks.task_config import learned, option
 from kbert.tasks.text_task import TextTask
-from kbert.tasks.text_pair_classification import PAIR_OPTIONS
+from kbert.tasks.text_pair_classification import PairColumns
 
 HEADS = ("cross-cosine", "cross")
 # Model folders written before `--head` hold the [CLS] head alone.
@@ -88,15 +89,17 @@ def check_outliers(examples, source, warn=None):
 class TextPairRegression(TextTask):
     name = "text-pair-regression"
     description = "two texts -> a score; CSV/TSV with sentence1, sentence2 and score"
-    options = PAIR_OPTIONS + (
-        Option("score_column", "column holding the numeric score", "score"),
-        Option(
-            "head",
-            "finetune: cross-cosine (default: the [CLS] score plus the cosine of each text's "
-            "own vector) or cross (the [CLS] score alone, BERT's recipe)",
-            choices=HEADS,
-        ),
-    )
+
+    @dataclasses.dataclass(frozen=True)
+    class Config(PairColumns):
+        score_column: str = option("column holding the numeric score", "score")
+        head: str = option(
+            "finetune: cross-cosine (the [CLS] score plus the cosine of each text's own vector) "
+            "or cross (the [CLS] score alone, BERT's recipe)",
+            HEADS[0], HEADS, former=FORMER_HEAD, built=True,
+        )
+        score_range: list = learned("the training scores' [lowest, highest] (the cosine's scale)")
+
     recipe = RECIPE
     text_options = ("sentence1_column", "sentence2_column")
     target_option = "score_column"
@@ -115,17 +118,6 @@ class TextPairRegression(TextTask):
             raise ValueError(f"{path}, line {line}: score {value!r} is not a finite number")
         return score
 
-    def __init__(self, tokenizer, sequence_length, head=None, score_range=None):
-        super().__init__(tokenizer, sequence_length)
-        if head is not None and head not in HEADS:
-            raise ValueError(f"head={head!r}; expected one of {', '.join(HEADS)}")
-        # A model about to be trained has its scores' range (`learn`) and no
-        # head yet: `--head` chooses it (`use_options`). A trained model's
-        # settings name its head, or name nothing (before `--head`: "cross").
-        self.head_chosen = head is not None or score_range is None
-        self.score_range = None if score_range is None else [float(v) for v in score_range]
-        self.head_name = head or (HEADS[0] if score_range is not None else FORMER_HEAD)
-
     @classmethod
     def learn(cls, examples, source):
         scores = {example["target"] for example in examples}
@@ -134,33 +126,13 @@ class TextPairRegression(TextTask):
         check_outliers(examples, source)
         return {"score_range": [min(scores), max(scores)]}
 
-    def settings(self):
-        settings = {"head": self.head_name}
-        if self.score_range is not None:
-            settings["score_range"] = list(self.score_range)
-        return settings
-
-    def use_options(self, options):
-        """`--head` chooses the head of a model being trained; a trained one keeps its own."""
-        head = (options or {}).get("head")
-        if head is None or head == self.head_name:
-            return
-        if head not in HEADS:
-            raise ValueError(f"--head {head!r}; expected one of {', '.join(HEADS)}")
-        if self.head_chosen:
-            raise ValueError(
-                f"--head {head!r}: this model has the {self.head_name!r} head; "
-                "a head is chosen when training (kbert finetune --head)"
-            )
-        self.head_name = head
-
     def check_model(self, model, source):
         if model.output.shape[-1] != 1:
             raise ValueError(f"{source}: the model has {model.output.shape[-1]} outputs; expected 1")
         has_cosine = any(layer.name == "pair_segments" for layer in model.layers)
-        if has_cosine != (self.head_name == "cross-cosine"):
+        if has_cosine != (self.head == "cross-cosine"):
             raise ValueError(
-                f"{source}: the settings name the {self.head_name!r} head but the model "
+                f"{source}: the settings name the {self.head!r} head but the model "
                 f"{'has' if has_cosine else 'lacks'} the cosine term"
             )
 
@@ -170,7 +142,7 @@ class TextPairRegression(TextTask):
     def build_model(self, encoder_or_config, dtype=None):
         from kbert.models import bert_pair_regressor, bert_regressor
 
-        if self.head_name == "cross":
+        if self.head == "cross":
             return bert_regressor(encoder_or_config, dtype=dtype)
         return bert_pair_regressor(encoder_or_config, self.score_range or (0.0, 1.0), dtype=dtype)
 

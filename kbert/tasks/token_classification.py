@@ -33,12 +33,15 @@ into words with character offsets by `WordPieceTokenizer.words_with_offsets`,
 whose pieces are the tokenizer's own on the whole text.
 """
 
+import dataclasses
+
 import numpy as np
 
 from kbert.config import ENCODER_INPUTS
 from kbert.recipes import Recipe
 from kbert.tasks.base import ENCODE_CHUNK, Task
-from kbert.tasks.records import Encoded, Option
+from kbert.tasks.records import Encoded
+from kbert.tasks.task_config import TaskConfig, learned, option
 from kbert.tasks.inference import batches_by_length, check_rows, run_full_length, softmax
 from kbert.tasks.conll import read_conll, read_jsonl
 from kbert.tasks.tagging import (
@@ -71,30 +74,24 @@ RECIPE = Recipe(epochs=3, learning_rate=1e-4, batch_size=32, sequence_length=128
 
 
 class TokenClassification(Task):
-    """Words -> one tag each, from each word's first WordPiece.
-
-    Args:
-        tokenizer, sequence_length: see `Task`.
-        tags: list of str. Tag names in output order, "O" first.
-        scheme: str. The training data's tag scheme, one of `SCHEMES`.
-        word_split: str. One of `WORD_SPLITS`: how a data token is split into
-            the words trained and read (`split_tags`).
-    """
+    """Words -> one tag each, from each word's first WordPiece."""
 
     name = "token-classification"
     description = (
         "words -> a tag each (named entities); CoNLL files or JSON Lines of tokens and tags"
     )
-    options = (
-        Option("tag_scheme", "tag scheme: auto (detected), IOB1, IOB2 or BIOES", AUTO),
-        Option(
-            "word_split",
+
+    @dataclasses.dataclass(frozen=True)
+    class Config(TaskConfig):
+        tags: list = learned("tag names in output order, O first", required=True)
+        scheme: str = learned(f"the training data's tag scheme, one of {', '.join(SCHEMES)} ({AUTO}: from the tags)", AUTO)
+        tag_scheme: str = option("tag scheme: auto (detected), IOB1, IOB2 or BIOES", AUTO)
+        word_split: str = option(
             "how training splits each data token: raw as predict splits raw text (U.S. -> "
             "U . S ., later words inside the token's entity), none keeps it one word",
-            WORD_SPLITS[0],
-            WORD_SPLITS,
-        ),
-    )
+            WORD_SPLITS[0], WORD_SPLITS, former=FORMER_WORD_SPLIT,
+        )
+
     recipe = RECIPE
     outputs = ("logits",)
     reads_sequence = True
@@ -103,9 +100,9 @@ class TokenClassification(Task):
     metric_scale = 100
     budgets = F1_BUDGETS
 
-    def __init__(self, tokenizer, sequence_length, tags, scheme=AUTO, word_split=FORMER_WORD_SPLIT):
-        super().__init__(tokenizer, sequence_length)
-        scheme = scheme_of_tags(tags, scheme)
+    def configure(self):
+        tags = self.tags
+        scheme = scheme_of_tags(tags, self.scheme)
         if scheme not in SCHEMES:
             raise ValueError(f"scheme={scheme!r}; expected one of {', '.join(SCHEMES)}")
         if (
@@ -118,13 +115,11 @@ class TokenClassification(Task):
         bad = [tag for tag in tags if tag != OUTSIDE and tag_parts(tag)[0] not in PREFIXES[scheme]]
         if bad:
             raise ValueError(f"tags {bad[:5]} are not {scheme} tags")
-        if sequence_length < 3:
-            raise ValueError(f"sequence_length={sequence_length}; a window needs at least one piece")
-        self.tags = tags
-        self.scheme = scheme
-        self.stride = max(1, int((sequence_length - 2) * WINDOW_STRIDE_FRACTION))
+        if self.sequence_length < 3:
+            raise ValueError(f"sequence_length={self.sequence_length}; a window needs at least one piece")
+        self.config = dataclasses.replace(self.config, scheme=scheme)
+        self.stride = max(1, int((self.sequence_length - 2) * WINDOW_STRIDE_FRACTION))
         self._tag_ids = {tag: index for index, tag in enumerate(tags)}
-        self.use_options({"word_split": word_split})
 
     # === Data ===
 
@@ -152,16 +147,6 @@ class TokenClassification(Task):
             raise ValueError(f"{source} tags no entity (every tag is 'O'); nothing to learn")
         tags = [OUTSIDE] + sorted(names - {OUTSIDE}, key=lambda tag: tag_parts(tag)[::-1])
         return {"tags": tags, "scheme": detect_scheme(example["tags"] for example in examples)}
-
-    def settings(self):
-        return {"tags": list(self.tags), "scheme": self.scheme, "word_split": self.word_split}
-
-    def use_options(self, options):
-        word_split = (options or {}).get("word_split")
-        if word_split is not None:
-            if word_split not in WORD_SPLITS:
-                raise ValueError(f"word_split={word_split!r}; expected one of {', '.join(WORD_SPLITS)}")
-            self.word_split = word_split
 
     def check(self, examples, source):
         self.tag_ids(examples, source)

@@ -391,7 +391,6 @@ def distill(
         "init": student,
         "distillation": distillation,
         "dtype": dtype,
-        "options": options,
     }
     write_model_folder(out, model, teacher_folder.vocabulary, task, settings, metrics, overwrite=overwrite)
     shutil.rmtree(resume_dir, ignore_errors=True)

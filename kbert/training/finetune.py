@@ -279,7 +279,6 @@ def finetune(
         "lowercase": lowercase,
         "init": init,
         "dtype": dtype,
-        "options": options,
         # The recipe as resolved (the task's, or what the caller gave).
         "training": {key: run[key] for key in TRAINING_SETTINGS},
     }

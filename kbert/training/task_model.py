@@ -42,8 +42,6 @@ Example:
 The README's Python section has an example for each task.
 """
 
-import inspect
-
 import keras
 
 from kbert.models import train_on_real_tokens
@@ -74,7 +72,7 @@ class TaskModel(keras.Model):
         self.task_name = task
         self.task_settings = dict(task_settings)
         self.bert_config = dict(bert_config)
-        self.task = task_class(preprocessor.tokenizer, preprocessor.sequence_length, **task_settings)
+        self.task = task_class.stored(preprocessor.tokenizer, preprocessor.sequence_length, task_settings)
         self.task.preprocessor = preprocessor
         self._recipe_compile = None
         # The network is a functional model, built; so is this one, which only calls it
@@ -98,8 +96,8 @@ class TaskModel(keras.Model):
                 (a task that needs no training: the checkpoint's).
             dtype: a dtype policy, "auto" (mixed bfloat16 where the device
                 multiplies it natively) or None (the global policy).
-            **options: the task's settings (its constructor's arguments) and
-                options (`Task.options`), e.g. `score_range=(0, 5)`,
+            **options: fields of the task's `Config` (`kbert.tasks.task_config`):
+                what training data would teach and its options, e.g. `score_range=(0, 5)`,
                 `truncate="longest_first"`; for token classification
                 `tags=["O", "B-LOC", ...]` (required) and `scheme` (IOB1, IOB2,
                 BIOES; default "auto": from the tags); for question answering
@@ -119,14 +117,13 @@ class TaskModel(keras.Model):
         dtype = resolve_dtype(dtype) if dtype is not None else None
         if not task_class.trainable:
             return cls._pretrained(init, task_class, sequence_length, dtype, options)
-        settings, options = task_arguments(task_class, options)
+        task_class.Config.create(options, f"task {task_class.name!r}")  # before the checkpoint loads
         config, encoder, vocabulary, lowercase = init_encoder(init, dtype=dtype)
         if vocabulary is None:
             raise ValueError(f"init={init!r} has no vocabulary; give a checkpoint folder or name")
         length = sequence_length or task_class.recipe.sequence_length
         config.check_sequence_length(length)
-        built = task_class(WordPieceTokenizer(vocabulary, lowercase=lowercase), length, **settings)
-        built.use_options(task_class.resolve_options(options))
+        built = task_class(WordPieceTokenizer(vocabulary, lowercase=lowercase), length, **options)
         return cls(built.build_model(encoder, dtype=dtype), built.preprocessor, task,
                    built.settings(), config.to_dict())
 
@@ -297,7 +294,7 @@ class TaskModel(keras.Model):
             "bert_config": self.bert_config,
             "sequence_length": self.task.sequence_length,
             "lowercase": self.preprocessor.tokenizer.lowercase,
-            "init": None, "dtype": self.network.dtype_policy.name, "options": {},
+            "init": None, "dtype": self.network.dtype_policy.name,
         }
         write_model_folder(out, self.network, self.preprocessor.tokenizer.vocabulary, self.task,
                            settings, metrics or {}, overwrite=overwrite)
@@ -413,27 +410,3 @@ def _concatenate(batches):
     if isinstance(batches[0], tuple):
         return tuple(_concatenate([batch[i] for batch in batches]) for i in range(len(batches[0])))
     return [row for batch in batches for row in batch]
-
-
-def task_arguments(task_class, given):
-    """`(settings, options)`: the keyword arguments `given` split into the task's
-    constructor settings and its options (`Task.options`).
-
-    Raises `ValueError` naming an argument the
-    task does not take, or a setting it needs and was not given.
-    """
-    option_names = {option.name for option in task_class.options}
-    parameters = list(inspect.signature(task_class.__init__).parameters.values())[3:]
-    setting_names = [p.name for p in parameters if p.name not in option_names]
-    unknown = sorted(set(given) - option_names - set(setting_names))
-    if unknown:
-        raise ValueError(
-            f"task {task_class.name!r} takes no {unknown[0]}=; it takes "
-            f"{', '.join(sorted(option_names | set(setting_names)))}"
-        )
-    settings = {name: value for name, value in given.items() if name in setting_names}
-    missing = [p.name for p in parameters if p.name in setting_names and p.default is p.empty
-               and p.name not in settings]
-    if missing:
-        raise ValueError(f"task {task_class.name!r} needs {', '.join(name + '=' for name in missing)}")
-    return settings, {name: value for name, value in given.items() if name in option_names}
