@@ -26,6 +26,9 @@ def parse_args(argv=None):
     parser.add_argument("--init", default="all-minilm-l6-v2")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", default="auto", help="a dtype policy, or auto (as kbert finetune)")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="TensorFlow op determinism for both (as kbert finetune --deterministic): "
+                        "without it, threaded bfloat16 sums may differ from run to run")
     parser.add_argument("--out", help="also write the JSON here")
     return parser.parse_args(argv)
 
@@ -50,11 +53,12 @@ def main(argv=None):
         texts = [example["texts"] for example in examples]
         return [t[0] for t in texts] if len(task_class.text_inputs) == 1 else tuple(zip(*texts))
 
-    result = {"task": args.task, "init": args.init, "seed": args.seed, "dtype": args.dtype, "machine": machine()}
+    result = {"task": args.task, "init": args.init, "seed": args.seed, "dtype": args.dtype,
+              "deterministic": args.deterministic, "machine": machine()}
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "model")
         metrics = finetune(args.train, args.dev, args.init, out, task=args.task, dtype=args.dtype,
-                           seed=args.seed, verbose=0)
+                           seed=args.seed, deterministic=args.deterministic, verbose=0)
         folder = ModelFolder.load(out)
         reference = folder.task.run(folder.model, folder.task.encode(dev, targets=False).features)
         result["finetune"] = {**folder.task.summary(metrics), "fit_seconds": metrics["train_seconds"]}
