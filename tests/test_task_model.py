@@ -18,6 +18,7 @@ from kbert.training.finetune import finetune
 from kbert.training.task_model import TaskModel
 from tests.task_harness import TINY_LABELS, TINY_TEXTS, minilm_vocabulary
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LABELS = list(TINY_LABELS)
 TEXTS = [*TINY_TEXTS, "An editor for LaTeX documents.", "A card game for two players."]
 TARGETS = [LABELS[i % 3] for i in range(len(TEXTS))]
@@ -381,3 +382,21 @@ def test_the_folder_it_writes_exports_within_budget(tiny, tmp_path):
                           calibration=str(tiny / "data.csv"), latency_runs=2, log=lambda line: None)
     assert {entry["format"] for entry in report["artefacts"]} == {"savedmodel", "tflite", "onnx"}
     assert report["passed"], [entry for entry in report["artefacts"] if not entry["passed"]]
+
+
+@pytest.mark.slow
+def test_mixed_precision_fit_is_kbert_finetune_s_to_the_bit(tmp_path):
+    """MiniLM under mixed_bfloat16, where rounding shows any difference in the step."""
+    rows = list(csv.DictReader(open(os.path.join(REPO, "data", "debian-packages", "train.csv"), encoding="utf-8")))[:96]
+    texts, labels = [r["text"] for r in rows], [r["label"] for r in rows]
+    with open(tmp_path / "train.csv", "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows([("text", "label"), *zip(texts, labels)])
+    finetune(str(tmp_path / "train.csv"), str(tmp_path / "train.csv"), "all-minilm-l6-v2", str(tmp_path / "m"),
+             epochs=1, batch_size=16, dtype="mixed_bfloat16", seed=0, verbose=0)
+    folder = ModelFolder.load(str(tmp_path / "m"))
+    reference = folder.task.run(folder.model, folder.task.encode(folder.task.examples_from_texts(texts), targets=False).features)
+    keras.utils.set_random_seed(0)
+    model = TaskModel.from_checkpoint("all-minilm-l6-v2", labels=sorted(set(labels)), dtype="mixed_bfloat16")
+    model.compile()
+    model.fit(texts, labels, epochs=1, batch_size=16, seed=0, verbose=0)
+    assert np.abs(model.predict(texts) - reference["logits"]).max() <= 1e-6
