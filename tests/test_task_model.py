@@ -89,13 +89,24 @@ def test_folder_serves_the_cli(tiny, tmp_path, capsys):
     assert set(model.figures(TEXTS, TARGETS)) >= {"accuracy", "macro_f1"}
 
 
-def test_pairs_and_bad_inputs(tiny):
+def test_pairs_and_bad_inputs(tiny, tmp_path):
     keras.utils.set_random_seed(0)
     pairs = TaskModel.from_checkpoint(str(tiny / "bert"), task="text-pair-classification", labels=2,
                                       dtype="float32")
     pairs.compile()
     pairs.fit((TEXTS[:4], TEXTS[4:]), [0, 1, 0, 1], epochs=1, batch_size=2, verbose=0)
     assert pairs.predict((TEXTS[:3], TEXTS[3:6])).shape == (3, 2)
+    pairs.save(tmp_path / "pairs.keras")
+    again = keras.saving.load_model(tmp_path / "pairs.keras").predict((TEXTS[:3], TEXTS[3:6]))
+    assert np.abs(again - pairs.predict((TEXTS[:3], TEXTS[3:6]))).max() <= 1e-6
+    scores = TaskModel.from_checkpoint(str(tiny / "bert"), task="text-pair-regression", score_range=(0, 5),
+                                       dtype="float32")
+    scores.compile()
+    scores.fit((TEXTS[:4], TEXTS[4:]), [0.5, 4.0, 1.0, 3.5], epochs=1, batch_size=2, verbose=0)
+    scores.save(tmp_path / "scores.keras")
+    loaded = keras.saving.load_model(tmp_path / "scores.keras")
+    assert loaded.task.head == "cross-cosine" and loaded.task.score_range == [0, 5]
+    assert np.abs(loaded.predict((TEXTS[:3], TEXTS[3:6])) - scores.predict((TEXTS[:3], TEXTS[3:6]))).max() <= 1e-6
     with pytest.raises(ValueError, match="takes 2 texts an example"):
         pairs.predict(TEXTS)
     with pytest.raises(ValueError, match="label index 5 is out of range"):
