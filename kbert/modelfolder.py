@@ -125,7 +125,7 @@ class ModelFolder:
         """Reads `folder`; `ValueError` naming the file and what is wrong with it."""
         import keras
 
-        import kbert.layers  # noqa: F401  (registers the layers model.keras names)
+        import kbert.models  # noqa: F401  (registers the layers and heads model.keras names)
         from kbert.text import load_vocab
 
         if not os.path.isdir(folder):

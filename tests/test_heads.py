@@ -117,3 +117,21 @@ def test_heads_round_trip_through_keras_files(tmp_path):
         loaded = keras.saving.load_model(tmp_path / "model.keras")
         before, after = (keras.tree.flatten(m(inputs)) for m in (model, loaded))
         assert max(np.abs(np.asarray(a) - np.asarray(b)).max() for a, b in zip(before, after)) == 0.0, name
+
+
+def test_a_new_process_loads_a_folder_with_its_head(tmp_path):
+    """`kbert evaluate` in a process of its own: the head layers register before the model loads
+    (within one test process something else has always imported them)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.task_harness import write_task_folder
+
+    folder = write_task_folder(tmp_path / "m", "text-classification", {"labels": ["a", "b"]}, TINY)
+    (tmp_path / "dev.csv").write_text("text,label\nA chess engine.,a\nAn IMAP server.,b\n")
+    run = subprocess.run([sys.executable, "-m", "kbert.cli", "evaluate", "--model", folder,
+                          "--data", str(tmp_path / "dev.csv")], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert run.returncode == 0, run.stderr[-1000:]
+    assert '"accuracy"' in run.stdout
