@@ -13,10 +13,9 @@ import kbert.tasks
 from kbert.cli import main
 from kbert.config import ENCODER_INPUTS
 from kbert.export.exporter import export_model
-from kbert.models import bert_regressor
 from kbert.recipes import Recipe
 from kbert.tabular import read_table
-from kbert.tasks import Encoded, Task
+from kbert.tasks import Encoded, Score, Task
 from kbert.tasks.base import METRIC_BUDGETS
 from kbert.tasks.inference import softmax
 from kbert.training.batching import eval_dataset, train_dataset
@@ -42,6 +41,7 @@ class MultipleChoice(Task):
 
     name = "multiple-choice"
     description = "a sentence and 4 endings -> the ending that fits"
+    objective = Score()  # one score a row from the pooled [CLS]; `compile_args` replaces its loss
     text_inputs = ("sentence", "ending")  # what `serving_default` scores: one pair
     metric, metric_scale, budgets = "accuracy", 100, METRIC_BUDGETS
     recipe = Recipe(epochs=1, learning_rate=1e-4, batch_size=8, sequence_length=32)  # MiniLM learns the set below
@@ -63,14 +63,11 @@ class MultipleChoice(Task):
         return Encoded(features, right.reshape(-1) if targets else None,
                        example_of_row=np.repeat(np.arange(len(examples)), CHOICES), group_size=CHOICES)
 
-    def build_model(self, encoder_or_config, dtype=None):
-        return bert_regressor(encoder_or_config, dtype=dtype)  # one score a row; its head layer is "head"
-
     def compile_args(self):
         return {"loss": ChoiceLoss()}  # no Keras metric: `evaluate` gives the accuracy
 
     def decode(self, examples, encoded, outputs):
-        return softmax(np.asarray(outputs["logits"]).reshape(-1, CHOICES))
+        return softmax(np.asarray(outputs["score"]).reshape(-1, CHOICES))
 
     def evaluate(self, examples, predictions):
         answers = np.asarray(predictions).argmax(axis=-1)

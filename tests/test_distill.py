@@ -13,7 +13,7 @@ import pytest
 from kbert.checkpoints import resolve_checkpoint
 from kbert.checkpoints.huggingface import save_hf_checkpoint
 from kbert.cli import main
-from kbert.config import BertConfig
+from kbert.config import PADDING_LOGIT, BertConfig
 from kbert.modelfolder import ModelFolder
 from kbert.models import bert_encoder
 from kbert.tasks.distillation import (
@@ -24,7 +24,6 @@ from kbert.tasks.distillation import (
     SoftTargetLoss,
     SpanDistillationLoss,
 )
-from kbert.tasks.question_answering import PADDING_LOGIT
 from kbert.training.batching import batched_dataset
 from kbert.training.distill import build_student, distill, kept_layers, teacher_targets, unlabelled_examples
 from tests.model_harness import tiny_inputs
@@ -458,7 +457,7 @@ def test_unlabelled_texts_carry_the_teachers_outputs_alone(classifier, corpus):
     targets = encoded.targets
     assert len(encoded) == len(train) + 4
     np.testing.assert_array_equal(targets[HARD_WEIGHT], [1] * len(train) + [0] * 4)
-    np.testing.assert_array_equal(targets[TARGET][: len(train)], task.label_ids(train))
+    np.testing.assert_array_equal(targets[TARGET][: len(train)], task.targets(train))
     expected = teacher.outputs(encoded.features)["logits"]
     np.testing.assert_allclose(targets[TEACHER], expected, atol=OUTPUT_TOLERANCE)
     # Bucketed batches carry the weights with their rows.

@@ -1,10 +1,11 @@
 """`Task`: everything that differs between BERT's tasks, behind one interface.
 
-A task owns its data format, preprocessing, head, loss and metrics, what it
-stores in the model folder and what `predict` prints. The trainers batch
-its rows (`kbert.training.batching`), the exporter serves it through its
-adapter (`kbert.export.serving`), and neither, nor the model folder or the
-command line, tests its name. A task rests on `kbert.models` and `kbert.text` only.
+A task owns its data format, preprocessing, what its model predicts (its
+`objective`: head, loss, metrics), what it stores in the model folder and
+what `predict` prints. The trainers batch its rows (`kbert.training.batching`),
+the exporter serves it through its adapter (`kbert.export.serving`), and
+neither, nor the model folder or the command line, tests its name. A task
+rests on `kbert.models` and `kbert.text` only.
 
 The life of a task instance:
 
@@ -12,16 +13,13 @@ The life of a task instance:
     learned = Task.learn(examples, path)           # what training data teaches (labels)
     task = Task(tokenizer, sequence_length, **learned, **options)   # its `Config`
     encoded = task.encode(examples)                # `Encoded`: features, targets, rows -> examples
-    model = task.build_model(encoder, dtype)       # inputs: ENCODER_INPUTS
+    model = task.build_model(encoder, dtype)       # the encoder and a head layer named "head"
     outputs = task.run(model, encoded.features)    # {name: array} keyed by task.outputs
     predictions = task.decode(examples, encoded, outputs)
     task.evaluate(examples, predictions)           # {"n": ..., metric: ...}
-
-A task's model is the encoder and one head layer (`kbert.models.heads`, named
-"head"); the export path recomputes the encoder with converter-friendly ops
-and calls that layer on it.
 """
 from kbert.tasks import inference
+from kbert.tasks.objectives import Objective
 from kbert.tasks.task_config import ConfigFields, TaskConfig
 
 # Examples tokenized per call of the preprocessor in `encode`.
@@ -54,13 +52,9 @@ class Task(ConfigFields):
     Config = TaskConfig
     # The flags of `Config`, in CLI order (set for each subclass).
     options = ()
-    # Names of the model's outputs.
-    outputs = ("logits",)
-    # True if the head reads `sequence_output` (every position); else the
-    # export graph computes only [CLS] in the last block.
-    reads_sequence = False
-    # What pads per-token targets in padded batches (ignored by the loss).
-    target_padding = 0
+    # What the model predicts and how it learns (`kbert.tasks.objectives`):
+    # its outputs, head, loss and metrics.
+    objective = Objective()
     # The string inputs of the SavedModel's `serving_default`.
     text_inputs = ("text",)
     # The figure artefacts are judged by (`evaluate`'s key; higher is better),
@@ -68,6 +62,8 @@ class Task(ConfigFields):
     metric = None
     metric_scale = 1.0
     budgets = {}
+    # The figures of `evaluate` a log line shows (None: every scalar).
+    summary_keys = None
     # False for a task that needs no training (sentence embeddings): `kbert
     # finetune` refuses it, and the other commands build it on a pretrained
     # checkpoint with `--task` (`pretrained_settings`,
@@ -94,8 +90,8 @@ class Task(ConfigFields):
 
     @classmethod
     def stored(cls, tokenizer, sequence_length, values):
-        """The task of a model folder's stored settings (`TaskConfig.stored`)."""
-        task = cls(tokenizer, sequence_length, **cls.Config.stored(values, f"task {cls.name!r}").to_dict())
+        """The task of a model folder's stored settings (`TaskConfig.with_formers`)."""
+        task = cls(tokenizer, sequence_length, **cls.Config.with_formers(values))
         task.trained = True
         return task
 
@@ -154,9 +150,6 @@ class Task(ConfigFields):
     def check(self, examples, source):
         """Raises `ValueError` naming `source` if `examples` do not suit this model."""
 
-    def check_model(self, model, source):
-        """Raises `ValueError` naming `source` if `model` does not fit these settings."""
-
     def examples_from_texts(self, texts):
         """Examples from raw strings on the command line (`kbert predict TEXT ...`)."""
         raise ValueError(f"task {self.name!r} takes a file (--input), not TEXT arguments")
@@ -178,33 +171,32 @@ class Task(ConfigFields):
         (`kbert.training.batching` batches either)."""
         return self.encode(examples)
 
-    # === Model ===
+    # === Model: the `objective`'s (`kbert.tasks.objectives`) ===
+
+    outputs = property(lambda self: self.objective.outputs, doc="Names of the model's outputs.")
+    reads_sequence = property(lambda self: self.objective.reads_sequence, doc="The head reads every position.")
+    target_padding = property(lambda self: self.objective.target_padding, doc="What pads per-token targets.")
 
     def build_model(self, encoder_or_config, dtype=None):
-        """The task's model on `ENCODER_INPUTS`: the encoder and a head layer named
-        "head" (`kbert.models.heads`) that computes in float32."""
-        raise NotImplementedError
+        """The task's model on `ENCODER_INPUTS`: the encoder and a float32 head layer named "head"."""
+        return self.objective.build_model(self, encoder_or_config, dtype)
 
     def compile_args(self):
         """`loss` and `metrics` for `model.compile`."""
-        raise NotImplementedError
+        return self.objective.compile_args(self)
 
-    # === Distillation (`kbert distill`) ===
+    def check_model(self, model, source):
+        """Raises `ValueError` naming `source` if `model` does not fit these settings."""
+        self.objective.check_model(self, model, source)
+
+    def distillation_loss(self, temperature, alpha):
+        """The Keras loss a student trains on (`kbert distill`): `alpha` weighs the
+        gold targets' loss, `1 - alpha` the teacher's, softened by `temperature`."""
+        return self.objective.distillation_loss(self, temperature, alpha)
 
     # Whether `kbert distill --unlabelled` may add raw texts (`examples_from_texts`),
     # trained on the teacher's outputs alone.
     distills_unlabelled_text = False
-
-    def distillation_loss(self, temperature, alpha):
-        """The Keras loss a student of this task trains on (`kbert.tasks.distillation`).
-
-        Args:
-            temperature: float > 0. Softens the teacher's and the student's
-                distributions, for tasks that output them.
-            alpha: float in [0, 1]. The weight of the gold targets' loss; the
-                teacher's takes `1 - alpha`.
-        """
-        raise ValueError(f"task {self.name!r} cannot be distilled yet (kbert distill)")
 
     # === Inference ===
 
@@ -218,8 +210,9 @@ class Task(ConfigFields):
         return inference.run_by_length(model, features, self.outputs, self.sequence_length, batch_size)
 
     def decode(self, examples, encoded, outputs):
-        """One prediction per example from the outputs of `encoded`'s rows."""
-        raise NotImplementedError
+        """One prediction per example from the outputs of `encoded`'s rows
+        (default: the `objective`'s, one per row)."""
+        return self.objective.decode(self, outputs)
 
     def evaluate(self, examples, predictions):
         """The task's figures: a JSON dict with `n` and `metric`."""
@@ -239,7 +232,10 @@ class Task(ConfigFields):
 
     @classmethod
     def summary(cls, metrics):
-        """The scalar figures of `evaluate` worth a line in a log."""
+        """The figures of `evaluate` worth a line in a log: `summary_keys`, in
+        their order, or every scalar."""
+        if cls.summary_keys is not None:
+            return {k: metrics[k] for k in cls.summary_keys if k in metrics}
         return {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
 
     # === Serving ===

@@ -6,7 +6,7 @@ Not a task itself: `text_classification` and `text_pair_classification` are.
 import numpy as np
 
 from kbert.tasks.base import METRIC_BUDGETS
-from kbert.tasks.inference import softmax
+from kbert.tasks.objectives import Classes
 from kbert.tasks.text_task import TextTask
 
 
@@ -24,10 +24,11 @@ def check_labels(labels):
 class ClassificationTask(TextTask):
     """One or two texts -> one of `labels` (a `Config` field), from the pooled [CLS] vector."""
 
-    outputs = ("logits",)
+    objective = Classes("labels")
     metric = "accuracy"
     metric_scale = 100
     budgets = METRIC_BUDGETS
+    summary_keys = ("accuracy", "f1", "macro_f1", "n")
 
     def configure(self):
         check_labels(self.labels)
@@ -40,16 +41,9 @@ class ClassificationTask(TextTask):
         return {"labels": labels}
 
     def check(self, examples, source):
-        self.label_ids(examples, source)
+        self.targets(examples, source)
 
-    def check_model(self, model, source):
-        classes = model.output.shape[-1]
-        if classes != len(self.labels):
-            raise ValueError(
-                f"{source} names {len(self.labels)} labels but the model outputs {classes} classes"
-            )
-
-    def label_ids(self, examples, source="data"):
+    def targets(self, examples, source="data"):
         """int32 class ids of `examples`' labels; `ValueError` naming unknown ones."""
         index = {name: i for i, name in enumerate(self.labels)}
         unknown = [e for e in examples if e["target"] not in index]
@@ -62,37 +56,11 @@ class ClassificationTask(TextTask):
             )
         return np.array([index[e["target"]] for e in examples], dtype="int32")
 
-    def targets(self, examples):
-        return self.label_ids(examples)
-
-    # === Model ===
-
-    def build_model(self, encoder_or_config, dtype=None):
-        from kbert.models import bert_classifier
-
-        return bert_classifier(encoder_or_config, len(self.labels), dtype=dtype)
-
-    def compile_args(self):
-        import keras
-
-        return {
-            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            "metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-        }
-
-    def distillation_loss(self, temperature, alpha):
-        from kbert.tasks.distillation import SoftTargetLoss
-
-        return SoftTargetLoss(temperature, alpha)
-
     # === Inference ===
-
-    def decode(self, examples, encoded, outputs):
-        return softmax(outputs["logits"])
 
     def evaluate(self, examples, predictions):
         return classification_metrics(
-            self.label_ids(examples), np.asarray(predictions).argmax(axis=-1), self.labels
+            self.targets(examples), np.asarray(predictions).argmax(axis=-1), self.labels
         )
 
     def predict_json(self, examples, predictions):
@@ -104,10 +72,6 @@ class ClassificationTask(TextTask):
             }
             for example, row in zip(examples, predictions)
         ]
-
-    @classmethod
-    def summary(cls, metrics):
-        return {k: metrics[k] for k in ("accuracy", "f1", "macro_f1", "n") if k in metrics}
 
 
 def classification_metrics(label_ids, predicted_ids, label_names):

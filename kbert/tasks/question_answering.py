@@ -34,12 +34,13 @@ import dataclasses
 
 import numpy as np
 
-from kbert.config import ENCODER_INPUTS, PADDING_LOGIT
+from kbert.config import ENCODER_INPUTS
 from kbert.recipes import Recipe
 from kbert.tasks import squad, squad_eval
 from kbert.tasks.base import Task
 from kbert.tasks.squad_features import pack_row, prepare, question_rows, train_figures
 from kbert.tasks.records import Encoded, Rows
+from kbert.tasks.objectives import Spans
 from kbert.tasks.task_config import TaskConfig, learned, option
 
 # Quantized artefacts may lose this much F1 (points) against the Keras model.
@@ -77,12 +78,12 @@ class QuestionAnswering(Task):
         )
 
     recipe = RECIPE
-    outputs = ("start_logits", "end_logits")
-    reads_sequence = True
+    objective = Spans()
     text_inputs = ("question", "context")
     metric = "f1"
     metric_scale = 1.0  # the official scripts' figures are percentages already
     budgets = F1_BUDGETS
+    summary_keys = SUMMARY
 
     def configure(self):
         if not isinstance(self.version_2_with_negative, bool):
@@ -112,11 +113,6 @@ class QuestionAnswering(Task):
         if not any(example["answers"] for example in examples):
             raise ValueError(f"{source} has no answerable question; nothing to learn")
         return {"version_2_with_negative": any(example["is_impossible"] for example in examples)}
-
-    def check_model(self, model, source):
-        names = sorted(model.output) if isinstance(model.output, dict) else []
-        if names != sorted(self.outputs):
-            raise ValueError(f"{source}: the model outputs {names or model.output}; expected {list(self.outputs)}")
 
     def examples_from_texts(self, texts):
         if len(texts) % 2:
@@ -213,39 +209,6 @@ class QuestionAnswering(Task):
 
         lengths = np.array([len(questions[q].query) + 3 + questions[q].windows[w][1] for q, w in rows])
         return Rows(lengths, row, self.outputs)
-
-    # === Model ===
-
-    def build_model(self, encoder_or_config, dtype=None):
-        import keras
-
-        from kbert.models.encoder import as_encoder, encoder_inputs, rewire_encoder
-        from kbert.models.heads import HEAD_LAYER, SpanHead
-
-        encoder = rewire_encoder(as_encoder(encoder_or_config, dtype=dtype), first_token_only=False)
-        # The span head reads every position, never the pooled [CLS] vector.
-        encoder.get_layer("pooler").trainable = False
-        inputs = encoder_inputs()
-        head = SpanHead(name=HEAD_LAYER)
-        return keras.Model(inputs, head(encoder(inputs), inputs), name="bert_question_answering")
-
-    def compile_args(self):
-        import keras
-
-        def loss():
-            return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-        return {
-            "loss": {name: loss() for name in self.outputs},
-            # run_squad.py: (start_loss + end_loss) / 2.
-            "loss_weights": {name: 0.5 for name in self.outputs},
-            "metrics": {name: [keras.metrics.SparseCategoricalAccuracy(name="accuracy")] for name in self.outputs},
-        }
-
-    def distillation_loss(self, temperature, alpha):
-        from kbert.tasks.distillation import SpanDistillationLoss
-
-        return SpanDistillationLoss(temperature, alpha, self.outputs, PADDING_LOGIT)
 
     # === Inference ===
 
@@ -346,10 +309,6 @@ class QuestionAnswering(Task):
                 row["null_score_diff"] = _float(prediction.get("null_score_diff"))
             rows.append(row)
         return rows
-
-    @classmethod
-    def summary(cls, metrics):
-        return {k: metrics[k] for k in SUMMARY if k in metrics}
 
     def serving_request(self, example):
         return {"question": example["question"], "context": example["context"]}

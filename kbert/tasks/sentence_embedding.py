@@ -29,6 +29,7 @@ import numpy as np
 
 from kbert.config import POOLINGS
 from kbert.tasks.base import METRIC_BUDGETS
+from kbert.tasks.objectives import Embedding
 from kbert.tasks.task_config import BOOLEANS, option
 from kbert.tasks.inference import run_by_length
 from kbert.tasks.text_task import TextTask
@@ -89,8 +90,7 @@ class SentenceEmbedding(TextTask):
     text_options = ("sentence1_column", "sentence2_column")
     target_option = "score_column"
     text_inputs = ("text",)
-    outputs = ("embedding",)
-    reads_sequence = True
+    objective = Embedding()
     metric = "spearman"
     budgets = METRIC_BUDGETS
     trainable = False
@@ -155,19 +155,6 @@ class SentenceEmbedding(TextTask):
 
     def targets(self, examples):
         return np.array([e["target"] for e in examples], np.float32)
-
-    # === Model ===
-
-    def build_model(self, encoder_or_config, dtype=None):
-        from kbert.models.embedder import bert_embedder
-
-        return bert_embedder(
-            encoder_or_config, dtype=dtype, pooling=self.pooling, normalize=self.normalize,
-            name="sentence_embedder",
-        )
-
-    def compile_args(self):
-        raise ValueError(f"task {self.name!r} needs no training")
 
     # === Inference ===
 

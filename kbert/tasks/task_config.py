@@ -81,11 +81,16 @@ class TaskConfig:
 
     @classmethod
     def stored(cls, values, owner="the task"):
-        """The config of a model folder's stored `values`; a field it lacks (written
-        before the field existed) takes its `former` value."""
+        """The config of a model folder's stored `values` (`with_formers`)."""
+        return cls.create(cls.with_formers(values), owner)
+
+    @classmethod
+    def with_formers(cls, values):
+        """A model folder's stored `values`, where a flag they lack (the folder was
+        written before the field existed) takes its `former` value."""
         formers = {f.name: f.metadata["former"] for f in dataclasses.fields(cls)
                    if f.metadata.get("flag") and f.name not in values}
-        return cls.create({**formers, **values}, owner)
+        return {**formers, **values}
 
     def merged(self, given, trained):
         """This config with the flags `given` (name -> value or None: not given).

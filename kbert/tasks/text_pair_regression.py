@@ -21,6 +21,7 @@ import numpy as np
 
 from kbert.recipes import Recipe
 from kbert.tasks.base import METRIC_BUDGETS
+from kbert.tasks.objectives import Score
 from kbert.tasks.task_config import learned, option
 from kbert.tasks.text_task import TextTask
 from kbert.tasks.text_pair_classification import PairColumns
@@ -86,6 +87,28 @@ def check_outliers(examples, source, warn=None):
         )
 
 
+class PairScore(Score):
+    """A score from the pooled [CLS] of the pair, plus the scaled cosine of each
+    text's own vector under the task's `head` "cross-cosine"
+    (`kbert.models.bert_pair_regressor`), scaled to its `score_range`."""
+
+    def build_model(self, task, encoder_or_config, dtype=None):
+        from kbert.models import bert_pair_regressor
+
+        if task.head == "cross":
+            return super().build_model(task, encoder_or_config, dtype)
+        return bert_pair_regressor(encoder_or_config, task.score_range or (0.0, 1.0), dtype=dtype)
+
+    def check_model(self, task, model, source):
+        super().check_model(task, model, source)
+        has_cosine = any(layer.name == "pair_segments" for layer in model.layers)
+        if has_cosine != (task.head == "cross-cosine"):
+            raise ValueError(
+                f"{source}: the settings name the {task.head!r} head but the model "
+                f"{'has' if has_cosine else 'lacks'} the cosine term"
+            )
+
+
 class TextPairRegression(TextTask):
     name = "text-pair-regression"
     description = "two texts -> a score; CSV/TSV with sentence1, sentence2 and score"
@@ -104,7 +127,7 @@ class TextPairRegression(TextTask):
     text_options = ("sentence1_column", "sentence2_column")
     target_option = "score_column"
     text_inputs = ("sentence1", "sentence2")
-    outputs = ("score",)
+    objective = PairScore()
     metric = "spearman"
     budgets = METRIC_BUDGETS
 
@@ -126,42 +149,8 @@ class TextPairRegression(TextTask):
         check_outliers(examples, source)
         return {"score_range": [min(scores), max(scores)]}
 
-    def check_model(self, model, source):
-        if model.output.shape[-1] != 1:
-            raise ValueError(f"{source}: the model has {model.output.shape[-1]} outputs; expected 1")
-        has_cosine = any(layer.name == "pair_segments" for layer in model.layers)
-        if has_cosine != (self.head == "cross-cosine"):
-            raise ValueError(
-                f"{source}: the settings name the {self.head!r} head but the model "
-                f"{'has' if has_cosine else 'lacks'} the cosine term"
-            )
-
     def targets(self, examples):
         return np.array([[e["target"]] for e in examples], dtype="float32")
-
-    def build_model(self, encoder_or_config, dtype=None):
-        from kbert.models import bert_pair_regressor, bert_regressor
-
-        if self.head == "cross":
-            return bert_regressor(encoder_or_config, dtype=dtype)
-        return bert_pair_regressor(encoder_or_config, self.score_range or (0.0, 1.0), dtype=dtype)
-
-    def compile_args(self):
-        import keras
-
-        return {
-            "loss": keras.losses.MeanSquaredError(),
-            "metrics": [keras.metrics.RootMeanSquaredError(name="rmse")],
-        }
-
-    def distillation_loss(self, temperature, alpha):
-        """`alpha * MSE(gold) + (1 - alpha) * MSE(teacher's score)`; a score has no temperature."""
-        from kbert.tasks.distillation import ScoreDistillationLoss
-
-        return ScoreDistillationLoss(alpha)
-
-    def decode(self, examples, encoded, outputs):
-        return np.asarray(outputs["score"], np.float64).reshape(-1)
 
     def evaluate(self, examples, predictions):
         gold = np.array([e["target"] for e in examples], np.float64)

@@ -41,6 +41,7 @@ from kbert.config import ENCODER_INPUTS
 from kbert.recipes import Recipe
 from kbert.tasks.base import ENCODE_CHUNK, Task
 from kbert.tasks.records import Encoded
+from kbert.tasks.objectives import Tags
 from kbert.tasks.task_config import TaskConfig, learned, option
 from kbert.tasks.inference import batches_by_length, check_rows, run_full_length, softmax
 from kbert.tasks.conll import read_conll, read_jsonl
@@ -93,12 +94,11 @@ class TokenClassification(Task):
         )
 
     recipe = RECIPE
-    outputs = ("logits",)
-    reads_sequence = True
-    target_padding = IGNORED
+    objective = Tags("tags", IGNORED, tagged_accuracy_class)
     metric = "f1"
     metric_scale = 100
     budgets = F1_BUDGETS
+    summary_keys = ("f1", "precision", "recall", "accuracy", "n")
 
     def configure(self):
         tags = self.tags
@@ -150,11 +150,6 @@ class TokenClassification(Task):
 
     def check(self, examples, source):
         self.tag_ids(examples, source)
-
-    def check_model(self, model, source):
-        classes = model.output.shape[-1]
-        if classes != len(self.tags):
-            raise ValueError(f"{source} names {len(self.tags)} tags but the model outputs {classes}")
 
     def tag_ids(self, examples, source="data"):
         """int32 tag ids of every word of `examples`, concatenated; `ValueError` naming an unknown tag."""
@@ -302,36 +297,6 @@ class TokenClassification(Task):
             ids[first[word] : first[word] + counts[word]] = split
         return ids
 
-    # === Model ===
-
-    def build_model(self, encoder_or_config, dtype=None):
-        import keras
-
-        from kbert.models.encoder import as_encoder, encoder_inputs
-        from kbert.models.heads import HEAD_LAYER, DenseHead
-
-        encoder = as_encoder(encoder_or_config, dtype=dtype)
-        # The tagger reads every position, never the pooled [CLS] vector: left
-        # trainable, the pooler would get no gradient (and Keras warns of it).
-        encoder.get_layer("pooler").trainable = False
-        inputs = encoder_inputs()
-        head = DenseHead(len(self.tags), "logits", "sequence_output", dropout_dtype=dtype, name=HEAD_LAYER)
-        return keras.Model(inputs=inputs, outputs=head(encoder(inputs), inputs), name="bert_token_classifier")
-
-    def compile_args(self):
-        import keras
-
-        return {
-            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORED),
-            "metrics": [tagged_accuracy_class()(name="accuracy")],
-        }
-
-    def distillation_loss(self, temperature, alpha):
-        """Per tagged token (each word's first piece), as the fine-tuning loss counts them."""
-        from kbert.tasks.distillation import SoftTargetLoss
-
-        return SoftTargetLoss(temperature, alpha, ignored=IGNORED)
-
     # === Inference ===
 
     def run(self, model, features, batch_size=64):
@@ -396,10 +361,6 @@ class TokenClassification(Task):
 
     def serving_request(self, example):
         return {"text": word_offsets(example)[0]}
-
-    @classmethod
-    def summary(cls, metrics):
-        return {k: metrics[k] for k in ("f1", "precision", "recall", "accuracy", "n") if k in metrics}
 
 
 def word_offsets(example):

@@ -321,9 +321,9 @@ def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
         columns = tuple(tf.constant([e["texts"][i] for e in examples]) for i in range(len(task.text_inputs)))
         return columns if len(columns) > 1 else columns[0]
 
-    train_ds = tf.data.Dataset.from_tensor_slices((inputs(train), task.label_ids(train)))
+    train_ds = tf.data.Dataset.from_tensor_slices((inputs(train), task.targets(train)))
     train_ds = train_ds.shuffle(len(train), seed=seed).batch(args.batch_size)
-    dev_ds = tf.data.Dataset.from_tensor_slices((inputs(dev), task.label_ids(dev))).batch(args.batch_size)
+    dev_ds = tf.data.Dataset.from_tensor_slices((inputs(dev), task.targets(dev))).batch(args.batch_size)
     predict_ds = tf.data.Dataset.from_tensor_slices((inputs(dev),)).batch(64)
     if model_from == "kbert":
         # What keras-hub's `Task.fit` and `predict` do with its preprocessor.
@@ -376,7 +376,7 @@ def baselines(args, task_class, train, dev):
     results = {}
     if "labels" in settings:
         task = task_class(WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]), 8, **settings)
-        ids = task.label_ids(train)
+        ids = task.targets(train)
         majority = np.bincount(ids).argmax()
         if "majority" in args.baselines:
             predictions = np.eye(len(task.labels), dtype=np.float32)[[majority] * len(dev)]
