@@ -264,6 +264,7 @@ def test_tf_data_batches_train_as_lists_do(tiny):
     assert model.figures(data, None) == by_lists.figures(TEXTS, TARGETS)
     one_line_error("the dataset holds the targets", model.fit, data, TARGETS)
     one_line_error("holds a scalar", model.predict, tf.data.Dataset.from_tensor_slices(TEXTS))
+    one_line_error("holds no elements", model.fit, data.take(0))
     pairs = TaskModel.from_checkpoint(str(tiny / "bert"), task="text-pair-classification", labels=2)
     pair_data = tf.data.Dataset.from_tensor_slices(((TEXTS[:4], TEXTS[4:]), [0, 1, 0, 1])).batch(3)
     assert pairs.examples(pair_data) == pairs.examples((TEXTS[:4], TEXTS[4:]), [0, 1, 0, 1])
@@ -348,7 +349,7 @@ def test_checkpoints_early_stopping_and_tensorboard(tiny, tmp_path):
 BACKEND_SCRIPT = """
 import json, sys
 import keras, numpy as np
-from kbert import TaskModel  # noqa: F401  (registers the class for loading)
+import kbert  # noqa: F401  (imported after Keras, registers TaskModel as the README's Python section does)
 
 saved, again, texts, targets = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
 model = keras.saving.load_model(saved)
@@ -364,7 +365,8 @@ print(json.dumps({"backend": keras.backend.backend(), "outputs": outputs.tolist(
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_the_model_trains_and_saves_under_another_backend(tiny, tmp_path, backend):
-    """A model trained and saved on TensorFlow loads, predicts the same, trains and
+    """A model trained and saved on TensorFlow loads in a process of its own
+    (`import keras, kbert` and nothing more), predicts the same, trains and
     saves on JAX and PyTorch; preprocessing stays TensorFlow (tf-text)."""
     model = trained(tiny)
     model.save(tmp_path / "tf.keras")
@@ -447,6 +449,9 @@ def test_every_task_s_folder_exports_within_budget(tiny, tmp_path, task, setting
     from kbert.export import export_model
 
     x, y, data = task_data(task, tmp_path / ("data.tsv" if task.startswith("text-pair") else "data.txt"))
+    # Seeded: on three questions, a tiny model's near-tied spans can flip under int8
+    # in one initialisation of many (seen once in a run of the whole suite).
+    keras.utils.set_random_seed(0)
     model = TaskModel.from_checkpoint(str(tiny / "bert"), task=task, dtype="float32", **settings)
     model.compile()
     model.fit(x, y, epochs=1, batch_size=2, verbose=0)

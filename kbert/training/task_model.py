@@ -70,7 +70,6 @@ class TaskModel(keras.Model):
         self.network = network
         self.preprocessor = preprocessor
         self.task_name = task
-        self.task_settings = dict(task_settings)
         self.bert_config = dict(bert_config)
         self.task = task_class.stored(preprocessor.tokenizer, preprocessor.sequence_length, task_settings)
         self.task.preprocessor = preprocessor
@@ -252,7 +251,6 @@ class TaskModel(keras.Model):
             # validation predictions (question answering's null threshold).
             outputs = self.task.run(self.network, encoded.features, recipe.batch_size)
             self.task.tune(validation, self.task.decode(validation, encoded, outputs))
-            self.task_settings = self.task.settings()
         return history
 
     def _restored_epoch(self, callbacks):
@@ -351,7 +349,7 @@ class TaskModel(keras.Model):
             "network": keras.saving.serialize_keras_object(self.network),
             "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
             "task": self.task_name,
-            "task_settings": self.task_settings,
+            "task_settings": self.task.settings(),
             "bert_config": self.bert_config,
         }
 
@@ -386,8 +384,7 @@ def inputs_from_dataset(dataset):
         ys.append(None if y is None else _batch_rows(y))
     if not xs:
         raise ValueError("the tf.data.Dataset x holds no elements")
-    if any(y is None for y in ys) and not all(y is None for y in ys):
-        raise ValueError("some of the tf.data.Dataset's elements hold targets and some do not")
+    # Every element of a dataset has one structure: all hold targets or none.
     return _concatenate(xs), None if ys[0] is None else _concatenate(ys)
 
 
