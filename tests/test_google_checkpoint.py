@@ -16,7 +16,7 @@ import tensorflow as tf
 from safetensors.numpy import load_file
 
 from kbert import BertConfig
-from kbert.checkpoints import resolve_checkpoint
+from kbert.checkpoints import load_pretrained, resolve_checkpoint
 from kbert.checkpoints.google import (
     encoder_weight_map,
     heads_weight_map,
@@ -137,7 +137,7 @@ def layer_norm(x, gamma, beta, epsilon=1e-12):
 
 def test_minilm_parity_through_google_checkpoint(minilm_google):
     folder, tensors = minilm_google
-    checkpoint = load_google_checkpoint(folder)
+    checkpoint = load_pretrained(folder, heads=True)  # load_google_checkpoint, heads and all
     assert checkpoint.lowercase is True
     assert checkpoint.config.num_layers == 6 and checkpoint.config.activation == "gelu"
     assert checkpoint.pretrainer.encoder is checkpoint.encoder

@@ -1,6 +1,8 @@
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -152,3 +154,85 @@ def test_save_refuses_non_empty_folder(minilm, tmp_path):
     with pytest.raises(ValueError, match="exists and is not empty"):
         save_hf_checkpoint(minilm.encoder, minilm.config, minilm.vocabulary, str(tmp_path / "taken"))
     assert os.listdir(tmp_path / "taken") == ["file"]
+
+
+# Writes random BertForPreTraining and BertForMaskedLM folders with transformers, and
+# their logits on one batch. In a process of its own: PyTorch and TensorFlow in one
+# process crash here.
+TRANSFORMERS_HEADS = """
+import sys
+import numpy as np, torch, transformers
+
+root = sys.argv[1]
+torch.manual_seed(0)
+config = transformers.BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                 intermediate_size=64, max_position_embeddings=32)
+batch = dict(np.load(root + "/features.npz"))
+for architecture in (transformers.BertForPreTraining, transformers.BertForMaskedLM):
+    folder = f"{root}/{architecture.__name__}"
+    model = architecture(config).eval()
+    model.save_pretrained(folder, safe_serialization=True)
+    with open(folder + "/vocab.txt", "w") as f:
+        f.write("".join(f"[unused{i}]\\n" for i in range(60)))
+    with torch.no_grad():
+        outputs = model(**{name: torch.tensor(value, dtype=torch.long) for name, value in batch.items()})
+    if architecture is transformers.BertForPreTraining:
+        logits = {"masked_lm": outputs.prediction_logits.numpy(),
+                  "next_sentence": outputs.seq_relationship_logits.numpy()}
+    else:
+        logits = {"masked_lm": outputs.logits.numpy()}
+    np.savez(folder + "/logits.npz", **logits)
+"""
+
+
+@pytest.fixture(scope="module")
+def hf_heads(tmp_path_factory):
+    """Folders transformers wrote, their logits (an implementation of the heads
+    independent of kbert's) and the features they were computed on."""
+    pytest.importorskip("transformers")
+    root = tmp_path_factory.mktemp("hf_heads")
+    rng = np.random.default_rng(0)
+    token_ids = rng.integers(5, 60, (3, 12))
+    padding_mask = np.ones_like(token_ids)
+    padding_mask[1, 9:] = 0
+    batch = {"input_ids": token_ids, "token_type_ids": np.repeat([[0] * 7 + [1] * 5], 3, axis=0),
+             "attention_mask": padding_mask}
+    np.savez(root / "features.npz", **batch)
+    run = subprocess.run([sys.executable, "-c", TRANSFORMERS_HEADS, str(root)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    features = {"token_ids": batch["input_ids"], "segment_ids": batch["token_type_ids"],
+                "padding_mask": batch["attention_mask"]}
+    return root, {name: value.astype("int32") for name, value in features.items()}
+
+
+@pytest.mark.parametrize("architecture", ["BertForPreTraining", "BertForMaskedLM"])
+def test_pretraining_heads_load_as_transformers_computes_them(hf_heads, architecture):
+    """`load_pretrained(heads=True)` hands over the masked-LM head (and next sentence,
+    where the file has it): masked-word logits as transformers gives them, so a
+    checkpoint's fill-mask works; the highest-scoring words are the same."""
+    from kbert.checkpoints import load_pretrained
+
+    root, features = hf_heads
+    folder = str(root / architecture)
+    expected = dict(np.load(os.path.join(folder, "logits.npz")))
+    checkpoint = load_pretrained(folder, heads=True)
+    assert checkpoint.pretrainer.encoder is checkpoint.encoder
+    positions = np.tile(np.arange(9, dtype="int32"), (3, 1))  # the real tokens of every row
+    outputs = checkpoint.pretrainer.predict({**features, "masked_lm_positions": positions}, verbose=0)
+    reference = expected["masked_lm"][:, :9]
+    assert np.abs(outputs["masked_lm"] - reference).max() <= HIDDEN_STATE_ATOL
+    np.testing.assert_array_equal(outputs["masked_lm"].argmax(-1), reference.argmax(-1))
+    if "next_sentence" in expected:
+        assert np.abs(outputs["next_sentence"] - expected["next_sentence"]).max() <= HIDDEN_STATE_ATOL
+        assert load_pretrained(folder).pretrainer is None
+    else:  # no pooler: an encoder for fine-tuning on [CLS] is refused, naming it
+        with pytest.raises(ValueError, match="'pooler.dense.weight' is missing"):
+            load_pretrained(folder)
+
+
+def test_heads_asked_of_an_encoder_are_named(minilm, tmp_path):
+    from kbert.checkpoints import load_pretrained
+
+    with pytest.raises(ValueError, match="'cls.predictions.transform.dense.weight' is missing .*BertForMaskedLM"):
+        load_pretrained("all-minilm-l6-v2", heads=True)

@@ -27,7 +27,7 @@ _HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approximate", "gelu_pytorch
 _KBERT_ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": "gelu_new", "relu": "relu"}
 
 HuggingFaceCheckpoint = collections.namedtuple(
-    "HuggingFaceCheckpoint", ["config", "vocabulary", "lowercase", "encoder"]
+    "HuggingFaceCheckpoint", ["config", "vocabulary", "lowercase", "encoder", "pretrainer"], defaults=(None,)
 )
 
 
@@ -140,6 +140,27 @@ def _weight_map(encoder, num_layers):
     return pairs
 
 
+def _heads_weight_map(pretrainer):
+    """(HF tensor name, Keras variable, transpose, required) for the pretraining heads:
+    `BertForPreTraining`'s `cls.predictions` (the masked LM, whose projection is
+    the token embedding, tied) and `cls.seq_relationship` (next sentence), which
+    `BertForMaskedLM` lacks, as it lacks the pooler."""
+    masked_lm = pretrainer.get_layer("masked_lm")
+    next_sentence = pretrainer.get_layer("next_sentence")
+    pooler = pretrainer.encoder.get_layer("pooler")
+    return [
+        ("cls.predictions.transform.dense.weight", masked_lm.transform_dense.kernel, True, True),
+        ("cls.predictions.transform.dense.bias", masked_lm.transform_dense.bias, False, True),
+        ("cls.predictions.transform.LayerNorm.weight", masked_lm.transform_layer_norm.gamma, False, True),
+        ("cls.predictions.transform.LayerNorm.bias", masked_lm.transform_layer_norm.beta, False, True),
+        ("cls.predictions.bias", masked_lm.output_bias, False, True),
+        ("cls.seq_relationship.weight", next_sentence.kernel, True, False),
+        ("cls.seq_relationship.bias", next_sentence.bias, False, False),
+        ("pooler.dense.weight", pooler.kernel, True, False),
+        ("pooler.dense.bias", pooler.bias, False, False),
+    ]
+
+
 def _normalise_names(tensors):
     """Strips a `bert.` prefix and maps old `gamma`/`beta` names to `weight`/`bias`."""
     renamed = {}
@@ -152,12 +173,27 @@ def _normalise_names(tensors):
     return renamed
 
 
-def load_hf_weights(encoder, config, path):
-    """Assigns the tensors of a `model.safetensors` file to `encoder`'s variables."""
+def load_hf_weights(encoder, config, path, pretrainer=None):
+    """Assigns the tensors of a `model.safetensors` file to `encoder`'s variables,
+    and to `pretrainer`'s heads if one is given (`load_hf_checkpoint`).
+
+    Returns the names of the tensors the file lacks that may be missing (a
+    `BertForMaskedLM`'s pooler and next-sentence head): those weights keep
+    their initial values."""
     tensors = _normalise_names(load_file(path))
-    for hf_name, variable, transpose in _weight_map(encoder, config.num_layers):
+    pairs = [(*pair, True) for pair in _weight_map(encoder, config.num_layers)]
+    if pretrainer is not None:
+        heads = _heads_weight_map(pretrainer)
+        optional = {name for name, _, _, required in heads if not required}
+        pairs = [pair for pair in pairs if pair[0] not in optional] + heads
+    fresh = []
+    for hf_name, variable, transpose, required in pairs:
+        if hf_name not in tensors and not required:
+            fresh.append(hf_name)
+            continue
         if hf_name not in tensors:
-            raise ValueError(f"tensor {hf_name!r} is missing from {path}")
+            needs = "; heads need a BertForPreTraining or BertForMaskedLM checkpoint" if hf_name.startswith("cls.") else ""
+            raise ValueError(f"tensor {hf_name!r} is missing from {path}{needs}")
         value = tensors[hf_name]
         if transpose:
             value = value.T
@@ -167,6 +203,7 @@ def load_hf_weights(encoder, config, path):
                 f"the model expects {tuple(variable.shape)}"
             )
         variable.assign(value.astype(variable.dtype))
+    return fresh
 
 
 def _read_json(path):
@@ -193,7 +230,7 @@ def with_overrides(config, overrides):
     return config.replace(**overrides)
 
 
-def load_hf_checkpoint(name_or_path, dtype=None, overrides=None):
+def load_hf_checkpoint(name_or_path, dtype=None, overrides=None, heads=False):
     """Loads a Hugging Face BERT folder into config, vocabulary and encoder.
 
     Args:
@@ -203,10 +240,17 @@ def load_hf_checkpoint(name_or_path, dtype=None, overrides=None):
         overrides: dict or None. `BertConfig` fields that change nothing the
             weights hold (dropout rates, for fine-tuning), e.g.
             `{"attention_dropout": 0.0}`.
+        heads: bool. Also load the masked-LM head (`cls.predictions`) and, if
+            the file has it, the next-sentence head (`cls.seq_relationship`)
+            into a `bert_pretrainer`: to fill in masked words or continue
+            pretraining. A `BertForMaskedLM` file has no pooler and no
+            next-sentence head; they keep their initial values.
 
     Returns:
-        `HuggingFaceCheckpoint(config, vocabulary, lowercase, encoder)`; build
-        the tokenizer with `kbert.text.WordPieceTokenizer(vocabulary, lowercase)`.
+        `HuggingFaceCheckpoint(config, vocabulary, lowercase, encoder,
+        pretrainer)`; `pretrainer` is None without `heads`, else its `.encoder`
+        is `encoder`. Build the tokenizer with
+        `kbert.text.WordPieceTokenizer(vocabulary, lowercase)`.
 
     Example:
     >>> checkpoint = load_hf_checkpoint("all-minilm-l6-v2")  # doctest: +SKIP
@@ -229,9 +273,16 @@ def load_hf_checkpoint(name_or_path, dtype=None, overrides=None):
     tokenizer_config = os.path.join(folder, "tokenizer_config.json")
     if os.path.isfile(tokenizer_config):
         lowercase = bool(_read_json(tokenizer_config).get("do_lower_case", True))
-    encoder = bert_encoder(config, dtype=dtype)
-    load_hf_weights(encoder, config, weights_path)
-    return HuggingFaceCheckpoint(config, vocabulary, lowercase, encoder)
+    if heads:
+        from kbert.models.pretrainer import bert_pretrainer
+
+        # Built from the config, so that the heads get its activation and epsilon.
+        pretrainer = bert_pretrainer(config, dtype=dtype)
+        encoder = pretrainer.encoder
+    else:
+        pretrainer, encoder = None, bert_encoder(config, dtype=dtype)
+    load_hf_weights(encoder, config, weights_path, pretrainer)
+    return HuggingFaceCheckpoint(config, vocabulary, lowercase, encoder, pretrainer)
 
 
 def save_hf_checkpoint(encoder, config, vocabulary, path, lowercase=True):

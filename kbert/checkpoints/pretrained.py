@@ -10,12 +10,14 @@ from kbert.checkpoints.huggingface import load_hf_checkpoint, resolve_checkpoint
 GOOGLE_CONFIG_FILE = "bert_config.json"
 
 PretrainedCheckpoint = collections.namedtuple(
-    "PretrainedCheckpoint", ["config", "vocabulary", "lowercase", "encoder", "folder"]
+    "PretrainedCheckpoint", ["config", "vocabulary", "lowercase", "encoder", "folder", "pretrainer"],
+    defaults=(None,),
 )
 
 
-def load_pretrained(name_or_path, dtype=None):
-    """Loads a Hugging Face or google-research/bert checkpoint's encoder.
+def load_pretrained(name_or_path, dtype=None, heads=False):
+    """Loads a Hugging Face or google-research/bert checkpoint's encoder, and its
+    pretraining heads if asked.
 
     Args:
         name_or_path: str. A Hugging Face folder (`config.json`, `vocab.txt`,
@@ -23,19 +25,25 @@ def load_pretrained(name_or_path, dtype=None):
             (`bert_config.json`, `vocab.txt`, `bert_model.ckpt`), or a packaged
             name such as "all-minilm-l6-v2".
         dtype: dtype policy of the encoder.
+        heads: bool. Also load the masked-LM head (Google's `cls/predictions`,
+            Hugging Face's `cls.predictions`) and the next-sentence head into
+            a `bert_pretrainer` sharing the encoder: to fill in masked words
+            or continue pretraining. A checkpoint without them is refused.
 
     Returns:
-        `PretrainedCheckpoint(config, vocabulary, lowercase, encoder, folder)`;
-        `folder` is the checkpoint's folder (where a packaged name resolves).
+        `PretrainedCheckpoint(config, vocabulary, lowercase, encoder, folder,
+        pretrainer)`; `folder` is the checkpoint's folder (where a packaged
+        name resolves); `pretrainer` is None without `heads`.
 
     Example:
     >>> checkpoint = load_pretrained("all-minilm-l6-v2")  # doctest: +SKIP
     """
     folder = resolve_checkpoint(name_or_path)
     if os.path.isfile(os.path.join(folder, GOOGLE_CONFIG_FILE)):
-        checkpoint = load_google_checkpoint(folder, heads=False, dtype=dtype)
+        checkpoint = load_google_checkpoint(folder, heads=heads, dtype=dtype)
     else:
-        checkpoint = load_hf_checkpoint(folder, dtype=dtype)
+        checkpoint = load_hf_checkpoint(folder, dtype=dtype, heads=heads)
     return PretrainedCheckpoint(
-        checkpoint.config, checkpoint.vocabulary, checkpoint.lowercase, checkpoint.encoder, folder
+        checkpoint.config, checkpoint.vocabulary, checkpoint.lowercase, checkpoint.encoder, folder,
+        checkpoint.pretrainer,
     )
