@@ -4,8 +4,9 @@ The model code (`kbert.config`, `kbert.layers`, `kbert.models`) uses `keras.ops`
 only and runs on any Keras backend; text preprocessing (`kbert.text`) is
 TensorFlow. The names below load on first use, so `import kbert` (and the
 `kbert` command's `--help`) does not import Keras or TensorFlow. Imported
-after Keras (where TensorFlow is installed), kbert registers `TaskModel` at
-once, so that `keras.saving.load_model` reads a saved one with no other step.
+after Keras on TensorFlow (the default backend), kbert registers `TaskModel`
+at once, so that `keras.saving.load_model` reads a saved one with no other
+step; elsewhere, name `kbert.TaskModel` first.
 """
 
 import importlib
@@ -37,11 +38,8 @@ def __dir__():
     return sorted(list(globals()) + __all__)
 
 
-if "keras" in sys.modules:
-    try:
-        importlib.import_module(_EXPORTS["TaskModel"])
-    except ModuleNotFoundError as error:
-        # The model code runs without TensorFlow (JAX alone); TaskModel, whose
-        # preprocessing is TensorFlow, is then not there to register.
-        if error.name not in ("tensorflow", "tensorflow_text"):
-            raise
+# Keras on TensorFlow has loaded TensorFlow already: TaskModel, whose
+# preprocessing is TensorFlow, costs little more. Under JAX alone the model
+# code runs without TensorFlow, and nothing is imported here.
+if sys.modules.get("keras") is not None and sys.modules.get("tensorflow") is not None:
+    importlib.import_module(_EXPORTS["TaskModel"])

@@ -88,7 +88,8 @@ def max_differences(a, b, mask):
 
 @pytest.mark.slow
 def test_minilm_differs_from_keras_hub_by_the_gelu_approximation_only():
-    config, _, _, encoder = load_hf_checkpoint("all-minilm-l6-v2")
+    checkpoint = load_hf_checkpoint("all-minilm-l6-v2")
+    config, encoder = checkpoint.config, checkpoint.encoder
     assert config.activation == "gelu"
     reference = np.load(REFERENCE)
     features = {

@@ -349,7 +349,7 @@ def test_checkpoints_early_stopping_and_tensorboard(tiny, tmp_path):
 BACKEND_SCRIPT = """
 import json, sys
 import keras, numpy as np
-import kbert  # noqa: F401  (imported after Keras, registers TaskModel as the README's Python section does)
+from kbert import TaskModel  # noqa: F401  (registers the class for loading, off TensorFlow)
 
 saved, again, texts, targets = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
 model = keras.saving.load_model(saved)
@@ -363,10 +363,29 @@ print(json.dumps({"backend": keras.backend.backend(), "outputs": outputs.tolist(
 """
 
 
+LOAD_SCRIPT = """
+import json, sys
+import keras
+import kbert
+
+print(json.dumps(keras.saving.load_model(sys.argv[1]).predict(json.loads(sys.argv[2])).tolist()))
+"""
+
+
+def test_a_new_process_loads_it_with_keras_alone(tiny, tmp_path):
+    """As the README's Python section does: `import keras`, `import kbert`, then
+    `keras.saving.load_model` knows TaskModel with no other step."""
+    model = trained(tiny)
+    model.save(tmp_path / "model.keras")
+    run = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, str(tmp_path / "model.keras"), json.dumps(TEXTS)],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "KERAS_BACKEND": "tensorflow"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert np.abs(np.array(json.loads(run.stdout.strip().splitlines()[-1])) - model.predict(TEXTS)).max() <= 1e-6
+
+
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_the_model_trains_and_saves_under_another_backend(tiny, tmp_path, backend):
-    """A model trained and saved on TensorFlow loads in a process of its own
-    (`import keras, kbert` and nothing more), predicts the same, trains and
+    """A model trained and saved on TensorFlow loads, predicts the same, trains and
     saves on JAX and PyTorch; preprocessing stays TensorFlow (tf-text)."""
     model = trained(tiny)
     model.save(tmp_path / "tf.keras")

@@ -134,7 +134,7 @@ def to_keras_hub(encoder, dtype=None):
         `keras_hub.models.BertBackbone`.
 
     Example:
-    >>> config, _, _, encoder = load_hf_checkpoint("all-minilm-l6-v2")  # doctest: +SKIP
+    >>> encoder = load_hf_checkpoint("all-minilm-l6-v2").encoder  # doctest: +SKIP
     >>> backbone = to_keras_hub(encoder)  # doctest: +SKIP
     """
     import keras_hub
