@@ -334,3 +334,55 @@ def test_loss_scale_optimizer_skips_inf_gradients():
     new_scale = scale / 2
     optimizer.apply([keras.ops.ones((3,)) * new_scale], [variable])
     np.testing.assert_allclose(keras.ops.convert_to_numpy(variable), np.full(3, 0.9), atol=1e-6)
+
+
+_GROUPS_MIRRORED = """
+import json, sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+root, checkpoint, train, dev, out = sys.argv[1:]
+sys.path.insert(0, root)
+import kbert.tasks
+from kbert.training.finetune import finetune
+from tests.test_adding_a_task import MultipleChoice
+
+kbert.tasks.TASKS[MultipleChoice.name] = MultipleChoice
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+figures = finetune(train, dev, checkpoint, out, task=MultipleChoice.name, strategy=strategy, epochs=2,
+                   batch_size=4, dtype="float32", verbose=0)
+print("RESULT " + json.dumps({"n": figures["n"], "replicas": strategy.num_replicas_in_sync}))
+"""
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="tf.distribute")
+def test_grouped_rows_stay_whole_on_each_replica(tmp_path):
+    """Multiple choice, whose loss compares an example's rows, trains on two replicas:
+    every batch holds a multiple of the replicas' groups, so each replica's share is
+    whole groups (a bucket's odd last group is left out of its epoch; the count is exact)."""
+    from kbert.checkpoints import save_hf_checkpoint
+    from kbert.config import BertConfig
+    from kbert.models import bert_encoder
+    from kbert.training.batching import eval_dataset, train_dataset
+    from tests.task_harness import minilm_vocabulary, task_instance
+    from tests.test_adding_a_task import CHOICES, MultipleChoice, write_examples
+
+    train, dev = write_examples(tmp_path / "train.csv", 13, seed=0), write_examples(tmp_path / "dev.csv", 7, seed=1)
+    task = task_instance("text-classification", {"labels": ["a", "b"]}, 32)  # a tokenizer and preprocessor
+    task = MultipleChoice(task.tokenizer, 32)
+    for width in (None, 16):
+        dataset, batches = train_dataset(task, task.read(train), 4, epochs=2, bucket_width=width, replicas=2)
+        rows = [len(targets) for _, targets in dataset]
+        assert len(rows) == 2 * batches and all(count % (2 * CHOICES) == 0 for count in rows), rows
+    validation = [len(t) for _, t in eval_dataset(task, task.encode(task.read(dev)), 4, replicas=2)]
+    assert validation == [4 * CHOICES, 2 * CHOICES]  # 7 examples: the 7th is over
+    config = BertConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_position_embeddings=64)
+    save_hf_checkpoint(bert_encoder(config), config, list(minilm_vocabulary()), str(tmp_path / "bert"))
+    run = subprocess.run(
+        [sys.executable, "-c", _GROUPS_MIRRORED, os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+         str(tmp_path / "bert"), train, dev, str(tmp_path / "model")],
+        capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, env={**os.environ, "KERAS_BACKEND": "tensorflow"},
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1][len("RESULT "):])
+    assert result == {"n": 7, "replicas": 2}

@@ -51,7 +51,7 @@ def run_by_length(model, features, names, sequence_length, batch_size=64):
     chunks, order = [], []
     for index, width in batches_by_length(features, batch_size, sequence_length):
         batch = {name: np.asarray(features[name])[index, :width] for name in ENCODER_INPUTS}
-        chunks.append(output_dict(model.predict_on_batch(batch), names))
+        chunks.append(output_dict(_predict_batch(model, batch, len(index)), names))
         order.append(index)
     order = np.concatenate(order)
     outputs = {}
@@ -60,6 +60,16 @@ def run_by_length(model, features, names, sequence_length, batch_size=64):
         outputs[name] = np.empty_like(values)
         outputs[name][order] = values
     return check_finite(outputs)
+
+
+def _predict_batch(model, batch, rows):
+    """`model`'s outputs on one batch. Under a strategy of several replicas,
+    Keras's `predict_on_batch` runs the whole batch on each replica and gives
+    their outputs end to end; `predict` splits the batch among them."""
+    strategy = getattr(model, "distribute_strategy", None)
+    if strategy is not None and strategy.num_replicas_in_sync > 1:
+        return model.predict(batch, batch_size=rows, verbose=0)
+    return model.predict_on_batch(batch)
 
 
 def output_dict(result, names):

@@ -6,8 +6,11 @@ A task says what its rows are and the trainer batches them here:
 marks the rows a model learns from (question answering leaves out the
 windows of questions whose answer cannot be found), and `Encoded.group_size`
 the rows that must stay together (a multiple-choice example's options):
-batches then hold whole groups, each group's rows in order. Nothing here
-tests a task's name.
+batches then hold whole groups, each group's rows in order. A strategy of
+several replicas splits each batch's rows evenly among them; for groups to
+stay whole there too, a batch of groups holds a multiple of the replicas,
+and the at most `replicas - 1` groups over are left out of that epoch (or
+of validation). Nothing here tests a task's name.
 """
 
 import keras
@@ -47,7 +50,7 @@ def training_bucket_width(jit_compile=False):
     return FINE_BUCKET_WIDTH
 
 
-def train_dataset(task, examples, batch_size, seed=0, epochs=1, first_epoch=0, bucket_width=None):
+def train_dataset(task, examples, batch_size, seed=0, epochs=1, first_epoch=0, bucket_width=None, replicas=1):
     """Shuffled training batches of `task`'s `examples`, epochs `first_epoch` .. `epochs - 1`.
 
     Each epoch is shuffled by a seed of its own, derived from `seed` and the
@@ -59,15 +62,16 @@ def train_dataset(task, examples, batch_size, seed=0, epochs=1, first_epoch=0, b
     Returns:
         `(dataset, batches_per_epoch)`. The count is exact (with buckets,
         each gives ceil(size / batch_size) batches whatever the shuffle);
-        fit with `steps_per_epoch=batches_per_epoch`.
+        fit with `steps_per_epoch=batches_per_epoch`. `replicas`: the
+        strategy's `num_replicas_in_sync`, which grouped rows are batched for.
     """
     rows = task.training_rows(examples)
     if isinstance(rows, Encoded):
-        return batched_dataset(task, rows, batch_size, seed, epochs, first_epoch, bucket_width)
+        return batched_dataset(task, rows, batch_size, seed, epochs, first_epoch, bucket_width, replicas)
     return _generated_dataset(task, rows, batch_size, seed, epochs, first_epoch, bucket_width)
 
 
-def batched_dataset(task, encoded, batch_size, seed=0, epochs=1, first_epoch=0, bucket_width=None):
+def batched_dataset(task, encoded, batch_size, seed=0, epochs=1, first_epoch=0, bucket_width=None, replicas=1):
     """`train_dataset`'s batches of rows already encoded, with any targets.
 
     Args:
@@ -75,14 +79,12 @@ def batched_dataset(task, encoded, batch_size, seed=0, epochs=1, first_epoch=0, 
             with one row each (`kbert distill` adds the teacher's outputs);
             if the task `reads_sequence`, each row's targets with an axis of
             their own are cut and padded along it as the row's tokens are.
-        batch_size, seed, epochs, first_epoch, bucket_width: as for `train_dataset`.
+        batch_size, seed, epochs, first_epoch, bucket_width, replicas: as for `train_dataset`.
 
     With a `group_size` of K > 1, the epoch shuffles whole groups, a batch
     holds `batch_size` groups (`batch_size * K` rows, each group's rows
     together and in order), and a group goes to the bucket of its longest
-    row. A strategy of several replicas splits each batch's rows evenly among
-    them, which keeps groups whole only in batches whose group count is a
-    multiple of the replicas (a bucket's last batch may hold fewer).
+    row; with several `replicas`, a multiple of them (the module's docstring).
     """
     encoded = _learned_rows(encoded)
     group = encoded.group_size
@@ -119,7 +121,7 @@ def batched_dataset(task, encoded, batch_size, seed=0, epochs=1, first_epoch=0, 
 
     return epoch_batches(
         epoch, lengths, batch_size, task.sequence_length, padding, epochs, first_epoch, bucket_width,
-        group_size=group,
+        group_size=group, replicas=replicas,
     )
 
 
@@ -144,23 +146,26 @@ def _generated_dataset(task, rows, batch_size, seed, epochs, first_epoch, bucket
     )
 
 
-def eval_dataset(task, encoded, batch_size):
+def eval_dataset(task, encoded, batch_size, replicas=1):
     """`encoded`'s learned rows with their targets as `(features, targets)` batches
     of similar length, each cut to its width (`batches_by_length`), targets
     with a sequence axis too if the task `reads_sequence`: for metrics that
     add up over batches (`fit`'s validation), not in the rows' order.
 
     Rows of a group (`Encoded.group_size`) stay together and in order, as in
-    training: a batch holds `batch_size` groups, as wide as their longest row.
+    training: a batch holds `batch_size` groups, as wide as their longest row,
+    a multiple of the `replicas` (the module's docstring).
     """
     encoded = _learned_rows(encoded)
     group = encoded.group_size
     mask = encoded.features["padding_mask"]
     # A group's rows as one: the union of their padding masks is its longest row's.
     by_group = {"padding_mask": mask.reshape(-1, group, mask.shape[1]).max(axis=1)}
+    keep = replicas if group > 1 else 1
     batches = [
-        ((index[:, np.newaxis] * group + np.arange(group)).reshape(-1), width)
+        ((index[: len(index) // keep * keep, np.newaxis] * group + np.arange(group)).reshape(-1), width)
         for index, width in batches_by_length(by_group, batch_size, task.sequence_length)
+        if len(index) >= keep
     ]
 
     def cut(index, width):
@@ -207,7 +212,7 @@ def _learned_rows(encoded):
 
 def epoch_batches(
     epoch, lengths, batch_size, sequence_length, target_padding, epochs=1, first_epoch=0,
-    bucket_width=None, group_size=1,
+    bucket_width=None, group_size=1, replicas=1,
 ):
     """Training batches, epoch after epoch: `(dataset, batches_per_epoch)`.
 
@@ -228,20 +233,28 @@ def epoch_batches(
             `sequence_length`).
         group_size: int. Rows an element of `epoch` holds; batches of groups
             come out as rows, each group's in order.
+        replicas: int. With groups, a batch keeps a multiple of this many
+            (the rest of a bucket's last batch is left out).
 
     The count is exact, since each bucket gives ceil(size / batch_size)
-    batches whatever the order.
+    batches whatever the order (with groups and replicas, its last batch
+    only if it keeps a group for each replica).
     """
     padding_values = ({name: 0 for name in ENCODER_INPUTS}, target_padding)
+    keep = replicas if group_size > 1 else 1
+
+    def count(size):
+        return size // batch_size + (size % batch_size >= keep)
+
     if bucket_width is None:
-        batches = -(-len(lengths) // batch_size)
+        batches = count(len(lengths))
 
         def batched(index):
             return epoch(index).padded_batch(batch_size, padding_values=padding_values)
     else:
         boundaries = list(range(bucket_width + 1, sequence_length + 1, bucket_width)) + [sequence_length + 1]
         bucket_sizes = np.bincount(np.searchsorted(boundaries, lengths, side="right"))
-        batches = int(sum(-(-int(size) // batch_size) for size in bucket_sizes))
+        batches = int(sum(count(int(size)) for size in bucket_sizes))
 
         def batched(index):
             return epoch(index).bucket_by_sequence_length(
@@ -255,10 +268,19 @@ def epoch_batches(
     ds = batched(first_epoch)
     for index in range(first_epoch + 1, epochs):
         ds = ds.concatenate(batched(index))
+    if keep > 1:
+        ds = ds.map(lambda features, targets: _first_groups(features, targets, keep))
+        ds = ds.filter(lambda features, targets: tf.shape(features["token_ids"])[0] > 0)
     if group_size > 1:
         ds = ds.map(_rows_of_groups, num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.apply(tf.data.experimental.assert_cardinality(batches * (epochs - first_epoch)))
     return without_autotune(ds.prefetch(tf.data.AUTOTUNE)), batches
+
+
+def _first_groups(features, targets, multiple):
+    """A batch of groups cut to a `multiple` of groups (its first ones)."""
+    kept = tf.shape(features["token_ids"])[0] // multiple * multiple
+    return tf.nest.map_structure(lambda value: value[:kept], (features, targets))
 
 
 def _rows_of_groups(features, targets):

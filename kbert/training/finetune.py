@@ -240,12 +240,13 @@ def finetune(
         "jit_compile": jit_compile, "dtype": dtype, "seed": seed,
     }
     resume_dir, first_epoch, curve = resume_point(out, run, log)
+    replicas = strategy.num_replicas_in_sync
     train_ds, steps_per_epoch = train_dataset(
         task, train_examples, batch_size, seed=seed, epochs=epochs, first_epoch=first_epoch,
-        bucket_width=training_bucket_width(jit_compile),
+        bucket_width=training_bucket_width(jit_compile), replicas=replicas,
     )
     dev_encoded = task.encode(dev_examples)
-    dev_ds = eval_dataset(task, dev_encoded, batch_size)
+    dev_ds = eval_dataset(task, dev_encoded, batch_size, replicas)
 
     total_steps = steps_per_epoch * epochs
     with strategy.scope():

@@ -225,7 +225,7 @@ class TaskModel(keras.Model):
         recipe = self.task.recipe.override(batch_size=batch_size, epochs=epochs)
         dataset, steps = train_dataset(
             self.task, self.examples(x, y), recipe.batch_size, seed=seed, epochs=recipe.epochs,
-            bucket_width=training_bucket_width(bool(self.jit_compile)),
+            bucket_width=training_bucket_width(bool(self.jit_compile)), replicas=self._replicas(),
         )
         if self._recipe_compile is not None:
             total = steps * recipe.epochs
@@ -243,7 +243,7 @@ class TaskModel(keras.Model):
             pair = (validation_data,) if _is_dataset(validation_data) else validation_data
             validation = self.examples(*pair)
             encoded = self.task.encode(validation)
-            validation_data = eval_dataset(self.task, encoded, recipe.batch_size)
+            validation_data = eval_dataset(self.task, encoded, recipe.batch_size, self._replicas())
         history = super().fit(dataset, epochs=recipe.epochs, steps_per_epoch=steps,
                               validation_data=validation_data, shuffle=False, **kwargs)
         if validation is not None and type(self.task).tune is not Task.tune:
@@ -269,8 +269,13 @@ class TaskModel(keras.Model):
         if kwargs.get("_use_cached_eval_dataset"):  # Keras's fit, on `fit`'s validation batches
             return super().evaluate(x, y, batch_size=batch_size, **kwargs)
         encoded = self.task.encode(self.examples(x, y))
-        dataset = eval_dataset(self.task, encoded, batch_size or self.task.recipe.batch_size)
+        dataset = eval_dataset(self.task, encoded, batch_size or self.task.recipe.batch_size, self._replicas())
         return super().evaluate(dataset, **kwargs)
+
+    def _replicas(self):
+        """The replicas a batch is split among (TensorFlow's strategy; 1 elsewhere)."""
+        strategy = getattr(self, "distribute_strategy", None)
+        return strategy.num_replicas_in_sync if strategy is not None else 1
 
     def predict(self, x, batch_size=64, **kwargs):
         """The network's outputs for raw inputs (a dict if several): a row per packed
