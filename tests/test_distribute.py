@@ -386,3 +386,34 @@ def test_grouped_rows_stay_whole_on_each_replica(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1][len("RESULT "):])
     assert result == {"n": 7, "replicas": 2}
+
+
+def test_rows_made_one_at_a_time_keep_their_groups(tmp_path):
+    """`Rows` with a `group_size` batch as `Encoded` rows do: each epoch holds every
+    group once, whole and in order, and with replicas a multiple of them a batch."""
+    from kbert.config import ENCODER_INPUTS
+    from kbert.tasks import Rows
+    from kbert.training.batching import train_dataset
+    from tests.task_harness import task_instance
+    from tests.test_adding_a_task import CHOICES, MultipleChoice, groups, write_examples
+
+    class MadeOneAtATime(MultipleChoice):
+        def training_rows(self, examples):
+            encoded = self.encode(examples)
+            lengths = encoded.features["padding_mask"].sum(axis=1)
+            return Rows(lengths, lambda i: ({name: encoded.features[name][i, :lengths[i]] for name in ENCODER_INPUTS},
+                                            {"score": encoded.targets[i]}), ("score",), group_size=CHOICES)
+
+    base = task_instance("text-classification", {"labels": ["a", "b"]}, 32)
+    task, made = MultipleChoice(base.tokenizer, 32), MadeOneAtATime(base.tokenizer, 32)
+    examples = task.read(write_examples(tmp_path / "data.csv", 13, seed=0))
+    expected = sorted(groups([(f, t) for f, t in train_dataset(task, examples, 4, bucket_width=16)[0]]))
+    for replicas in (1, 2):
+        dataset, batches = train_dataset(made, examples, 4, epochs=2, bucket_width=16, replicas=replicas)
+        dataset = [(f, t["score"]) for f, t in dataset]
+        assert len(dataset) == 2 * batches
+        assert all(len(t) % (replicas * CHOICES) == 0 for _, t in dataset)
+        for epoch in (dataset[:batches], dataset[batches:]):
+            assert sorted(groups(epoch)) == expected if replicas == 1 else set(groups(epoch)) < set(expected)
+    with pytest.raises(ValueError, match="group_size=4; expected a positive integer that divides the 6 rows"):
+        Rows(np.ones(6), None, (), group_size=4)

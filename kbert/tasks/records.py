@@ -70,8 +70,17 @@ class Rows:
             arrays named `ENCODER_INPUTS`, and a dict of int32 scalars
             named `targets`.
         targets: the names of the targets.
+        group_size: int. Rows that stay together, as `Encoded.group_size`.
     """
 
     lengths: np.ndarray
     row: object
     targets: tuple
+    group_size: int = 1
+
+    def __post_init__(self):
+        if not isinstance(self.group_size, int) or self.group_size < 1 or len(self.lengths) % self.group_size:
+            raise ValueError(
+                f"group_size={self.group_size!r}; expected a positive integer that divides the "
+                f"{len(self.lengths)} rows"
+            )

@@ -68,7 +68,7 @@ def train_dataset(task, examples, batch_size, seed=0, epochs=1, first_epoch=0, b
     rows = task.training_rows(examples)
     if isinstance(rows, Encoded):
         return batched_dataset(task, rows, batch_size, seed, epochs, first_epoch, bucket_width, replicas)
-    return _generated_dataset(task, rows, batch_size, seed, epochs, first_epoch, bucket_width)
+    return _generated_dataset(task, rows, batch_size, seed, epochs, first_epoch, bucket_width, replicas)
 
 
 def batched_dataset(task, encoded, batch_size, seed=0, epochs=1, first_epoch=0, bucket_width=None, replicas=1):
@@ -125,14 +125,22 @@ def batched_dataset(task, encoded, batch_size, seed=0, epochs=1, first_epoch=0, 
     )
 
 
-def _generated_dataset(task, rows, batch_size, seed, epochs, first_epoch, bucket_width):
-    """`train_dataset` of `Rows`: each epoch's rows made in an order of its own."""
-    row_spec = tf.TensorSpec([None], tf.int32)
-    target_spec = {name: tf.TensorSpec([], tf.int32) for name in rows.targets}
+def _generated_dataset(task, rows, batch_size, seed, epochs, first_epoch, bucket_width, replicas):
+    """`train_dataset` of `Rows`: each epoch's rows (or groups) made in an order of its own."""
+    group = rows.group_size
+    lengths = np.asarray(rows.lengths).reshape(-1, group).max(axis=1)
+    shape = [] if group == 1 else [group]
+    row_spec = tf.TensorSpec([*shape, None], tf.int32)
+    target_spec = {name: tf.TensorSpec(shape, tf.int32) for name in rows.targets}
+
+    def element(index):
+        if group == 1:
+            return rows.row(index)
+        return _stacked([rows.row(index * group + i) for i in range(group)])
 
     def generate(index):
-        for row in np.random.default_rng([seed, index]).permutation(len(rows.lengths)):
-            yield rows.row(row)
+        for element_index in np.random.default_rng([seed, index]).permutation(len(lengths)):
+            yield element(element_index)
 
     def epoch(index):
         return tf.data.Dataset.from_generator(
@@ -142,8 +150,18 @@ def _generated_dataset(task, rows, batch_size, seed, epochs, first_epoch, bucket
 
     padding = {name: tf.constant(task.target_padding, tf.int32) for name in rows.targets}
     return epoch_batches(
-        epoch, rows.lengths, batch_size, task.sequence_length, padding, epochs, first_epoch, bucket_width
+        epoch, lengths, batch_size, task.sequence_length, padding, epochs, first_epoch, bucket_width,
+        group_size=group, replicas=replicas,
     )
+
+
+def _stacked(group):
+    """A group's `(features, targets)` rows as one element: features padded to its longest row."""
+    width = max(len(features[ENCODER_INPUTS[0]]) for features, _ in group)
+    features = {name: np.stack([np.pad(f[name], (0, width - len(f[name]))) for f, _ in group]).astype(np.int32)
+                for name in ENCODER_INPUTS}
+    targets = {name: np.array([t[name] for _, t in group], np.int32) for name in group[0][1]}
+    return features, targets
 
 
 def eval_dataset(task, encoded, batch_size, replicas=1):
