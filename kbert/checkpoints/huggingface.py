@@ -8,6 +8,7 @@ import importlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 
 import numpy as np
@@ -107,19 +108,24 @@ def config_to_hf(config):
 
 
 def _weight_map(encoder, num_layers):
-    """(HF tensor name, Keras variable, transpose) for every encoder weight."""
+    """(HF tensor name, Keras variable, transpose, required) for every encoder weight.
 
-    def dense(hf_name, layer):
-        return [(f"{hf_name}.weight", layer.kernel, True), (f"{hf_name}.bias", layer.bias, False)]
+    The pooler is not required: `BertForMaskedLM` (what `run_mlm.py` saves
+    after domain pretraining) has none, and loading it as Hugging Face loads
+    it into a classifier leaves the pooler at its initial values.
+    """
+
+    def dense(hf_name, layer, required=True):
+        return [(f"{hf_name}.weight", layer.kernel, True, required), (f"{hf_name}.bias", layer.bias, False, required)]
 
     def layer_norm(hf_name, layer):
-        return [(f"{hf_name}.weight", layer.gamma, False), (f"{hf_name}.bias", layer.beta, False)]
+        return [(f"{hf_name}.weight", layer.gamma, False, True), (f"{hf_name}.bias", layer.beta, False, True)]
 
     get = encoder.get_layer
     pairs = [
-        ("embeddings.word_embeddings.weight", get("token_embedding").embeddings, False),
-        ("embeddings.position_embeddings.weight", get("position_embedding").embeddings, False),
-        ("embeddings.token_type_embeddings.weight", get("segment_embedding").embeddings, False),
+        ("embeddings.word_embeddings.weight", get("token_embedding").embeddings, False, True),
+        ("embeddings.position_embeddings.weight", get("position_embedding").embeddings, False, True),
+        ("embeddings.token_type_embeddings.weight", get("segment_embedding").embeddings, False, True),
         *layer_norm("embeddings.LayerNorm", get("embeddings_layer_norm")),
     ]
     for index in range(num_layers):
@@ -136,7 +142,7 @@ def _weight_map(encoder, num_layers):
             *dense(f"{prefix}.output.dense", block.output_dense),
             *layer_norm(f"{prefix}.output.LayerNorm", block.output_layer_norm),
         ]
-    pairs += dense("pooler.dense", get("pooler"))
+    pairs += dense("pooler.dense", get("pooler"), required=False)
     return pairs
 
 
@@ -144,10 +150,9 @@ def _heads_weight_map(pretrainer):
     """(HF tensor name, Keras variable, transpose, required) for the pretraining heads:
     `BertForPreTraining`'s `cls.predictions` (the masked LM, whose projection is
     the token embedding, tied) and `cls.seq_relationship` (next sentence), which
-    `BertForMaskedLM` lacks, as it lacks the pooler."""
+    `BertForMaskedLM` lacks."""
     masked_lm = pretrainer.get_layer("masked_lm")
     next_sentence = pretrainer.get_layer("next_sentence")
-    pooler = pretrainer.encoder.get_layer("pooler")
     return [
         ("cls.predictions.transform.dense.weight", masked_lm.transform_dense.kernel, True, True),
         ("cls.predictions.transform.dense.bias", masked_lm.transform_dense.bias, False, True),
@@ -156,8 +161,6 @@ def _heads_weight_map(pretrainer):
         ("cls.predictions.bias", masked_lm.output_bias, False, True),
         ("cls.seq_relationship.weight", next_sentence.kernel, True, False),
         ("cls.seq_relationship.bias", next_sentence.bias, False, False),
-        ("pooler.dense.weight", pooler.kernel, True, False),
-        ("pooler.dense.bias", pooler.bias, False, False),
     ]
 
 
@@ -181,11 +184,9 @@ def load_hf_weights(encoder, config, path, pretrainer=None):
     `BertForMaskedLM`'s pooler and next-sentence head): those weights keep
     their initial values."""
     tensors = _normalise_names(load_file(path))
-    pairs = [(*pair, True) for pair in _weight_map(encoder, config.num_layers)]
+    pairs = _weight_map(encoder, config.num_layers)
     if pretrainer is not None:
-        heads = _heads_weight_map(pretrainer)
-        optional = {name for name, _, _, required in heads if not required}
-        pairs = [pair for pair in pairs if pair[0] not in optional] + heads
+        pairs += _heads_weight_map(pretrainer)
     fresh = []
     for hf_name, variable, transpose, required in pairs:
         if hf_name not in tensors and not required:
@@ -243,8 +244,9 @@ def load_hf_checkpoint(name_or_path, dtype=None, overrides=None, heads=False):
         heads: bool. Also load the masked-LM head (`cls.predictions`) and, if
             the file has it, the next-sentence head (`cls.seq_relationship`)
             into a `bert_pretrainer`: to fill in masked words or continue
-            pretraining. A `BertForMaskedLM` file has no pooler and no
-            next-sentence head; they keep their initial values.
+            pretraining. A `BertForMaskedLM` file has no next-sentence head
+            (nor a pooler, with or without `heads`): they keep their
+            initial values, with a warning.
 
     Returns:
         `HuggingFaceCheckpoint(config, vocabulary, lowercase, encoder,
@@ -281,7 +283,11 @@ def load_hf_checkpoint(name_or_path, dtype=None, overrides=None, heads=False):
         encoder = pretrainer.encoder
     else:
         pretrainer, encoder = None, bert_encoder(config, dtype=dtype)
-    load_hf_weights(encoder, config, weights_path, pretrainer)
+    fresh = load_hf_weights(encoder, config, weights_path, pretrainer)
+    if fresh:
+        layers = ", ".join(sorted({name.rsplit(".", 1)[0] for name in fresh}))
+        print(f"kbert: warning: {weights_path} has no {layers}; initialised anew, as Hugging Face "
+              "does (fine-tuning trains it)", file=sys.stderr, flush=True)
     return HuggingFaceCheckpoint(config, vocabulary, lowercase, encoder, pretrainer)
 
 
@@ -294,7 +300,7 @@ def save_hf_checkpoint(encoder, config, vocabulary, path, lowercase=True):
     staging = tempfile.mkdtemp(prefix=".kbert-", dir=parent)
     try:
         tensors = {}
-        for hf_name, variable, transpose in _weight_map(encoder, config.num_layers):
+        for hf_name, variable, transpose, _ in _weight_map(encoder, config.num_layers):
             value = np.asarray(variable.numpy(), dtype="float32")
             tensors[hf_name] = np.ascontiguousarray(value.T if transpose else value)
         save_file(tensors, os.path.join(staging, "model.safetensors"), metadata={"format": "pt"})
