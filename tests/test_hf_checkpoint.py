@@ -238,3 +238,28 @@ def test_heads_asked_of_an_encoder_are_named(minilm, tmp_path):
 
     with pytest.raises(ValueError, match="'cls.predictions.transform.dense.weight' is missing .*BertForMaskedLM"):
         load_pretrained("all-minilm-l6-v2", heads=True)
+
+
+def test_masked_words_head_fills_in_every_position(hf_heads, tmp_path):
+    """`MaskedWordsHead.from_pretrainer`: a checkpoint's masked LM as a task head, one layer
+    called on the encoder's outputs, gives transformers' logits at every real token, and
+    saves and loads on its own (the copy of the tied embeddings included)."""
+    import keras
+
+    from kbert.checkpoints import load_pretrained
+    from kbert.models.encoder import encoder_inputs
+    from kbert.models.heads import MaskedWordsHead
+
+    root, features = hf_heads
+    folder = str(root / "BertForMaskedLM")
+    checkpoint = load_pretrained(folder, heads=True)
+    inputs = encoder_inputs()
+    head = MaskedWordsHead.from_pretrainer(checkpoint.pretrainer)
+    model = keras.Model(inputs, head(checkpoint.encoder(inputs), inputs))
+    logits = model.predict(features, verbose=0)
+    expected = np.load(os.path.join(folder, "logits.npz"))["masked_lm"]
+    real = features["padding_mask"].astype(bool)
+    assert np.abs(logits - expected)[real].max() <= HIDDEN_STATE_ATOL
+    model.save(tmp_path / "fill.keras")
+    again = keras.saving.load_model(tmp_path / "fill.keras").predict(features, verbose=0)
+    assert np.abs(again - logits).max() <= 1e-6

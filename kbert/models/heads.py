@@ -15,13 +15,16 @@ computes in the policy given as `dropout_dtype` (the model's).
 | `SpanHead` | `sequence_output` | start and end logits, padding at `PADDING_LOGIT` | question answering |
 | `PoolingHead` | `sequence_output` | pooled (mean, [CLS] or max), then L2-normalised vectors | sentence embeddings |
 | `PairCosineHead` | `pooled_output` and each text's own pass | a Dense on [CLS] plus the texts' scaled cosine | text-pair regression |
+| `MaskedWordsHead` | `sequence_output` | BERT's masked-LM logits over the vocabulary at every position | filling in words, from a checkpoint's heads |
 """
 
 import keras
 from keras import ops
 
 from kbert.config import PADDING_LOGIT, POOLINGS
-from kbert.layers import CosineScore, FirstTokenPooling, L2Normalization, MaskedMaxPooling, MaskedMeanPooling
+from kbert.layers import (
+    CosineScore, FirstTokenPooling, L2Normalization, MaskedLMHead, MaskedMaxPooling, MaskedMeanPooling,
+)
 
 # The name of every task model's head layer.
 HEAD_LAYER = "head"
@@ -180,3 +183,56 @@ class PairCosineHead(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "score_range": list(self.score_range), "dropout": self.rate,
                 "dropout_dtype": self.dropout.dtype_policy.name}
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class MaskedWordsHead(keras.layers.Layer):
+    """google-research/bert's masked-LM head (`kbert.layers.MaskedLMHead`) at every
+    position: logits over the vocabulary for each token, from which a `[MASK]`
+    is filled in. Pretraining ties its projection to the encoder's token
+    embeddings; this head holds a copy, so that it is one layer that saves and
+    exports on its own. Build it from a pretrainer's weights with `from_pretrainer`
+    (`kbert.checkpoints.load_pretrained(..., heads=True)`).
+
+    Args:
+        vocab_size: int.
+        activation, layer_norm_epsilon: the transform's, as the encoder's.
+    """
+
+    def __init__(self, vocab_size, activation="gelu", layer_norm_epsilon=1e-12, **kwargs):
+        super().__init__(**{**kwargs, "dtype": "float32"})
+        self.vocab_size, self.activation, self.layer_norm_epsilon = vocab_size, activation, layer_norm_epsilon
+
+    def build(self, encoder_outputs_shape, features_shape=None):
+        hidden = encoder_outputs_shape["sequence_output"][-1]
+        self.projection = keras.layers.Embedding(self.vocab_size, hidden, dtype="float32", name="projection")
+        self.projection.build((None, None))
+        self.masked_lm = MaskedLMHead(self.projection, self.activation, self.layer_norm_epsilon, dtype="float32",
+                                      name="masked_lm")
+        self.masked_lm.build((None, None, hidden))
+        self.built = True
+
+    def call(self, encoder_outputs, features=None, training=None):
+        sequence = encoder_outputs["sequence_output"]
+        shape = ops.shape(sequence)
+        positions = ops.broadcast_to(ops.arange(shape[1], dtype="int32")[None, :], (shape[0], shape[1]))
+        return self.masked_lm(ops.cast(sequence, "float32"), positions)
+
+    def compute_output_spec(self, encoder_outputs, features=None, training=None):
+        return keras.KerasTensor(encoder_outputs["sequence_output"].shape[:-1] + (self.vocab_size,), dtype="float32")
+
+    def get_config(self):
+        return {**super().get_config(), "vocab_size": self.vocab_size, "activation": self.activation,
+                "layer_norm_epsilon": self.layer_norm_epsilon}
+
+    @classmethod
+    def from_pretrainer(cls, pretrainer, name=HEAD_LAYER):
+        """The head with `pretrainer`'s masked-LM weights (`kbert.models.bert_pretrainer`)."""
+        source = pretrainer.get_layer("masked_lm")
+        embeddings = pretrainer.encoder.get_layer("token_embedding").embeddings
+        head = cls(source.vocab_size, source.activation, source.layer_norm_epsilon, name=name)
+        head.build({"sequence_output": (None, None, embeddings.shape[1])})
+        for mine, theirs in zip(head.masked_lm.weights, source.weights, strict=True):
+            mine.assign(ops.cast(theirs, "float32"))  # the tied embeddings land in the copy
+        return head
+
