@@ -27,6 +27,11 @@ PACKAGED_CHECKPOINTS = {
 _HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approximate", "gelu_pytorch_tanh": "gelu_approximate", "relu": "relu"}
 _KBERT_ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": "gelu_new", "relu": "relu"}
 
+# Tensors a checkpoint may lack, whose weights then keep their initial values:
+# `BertForMaskedLM` (what `run_mlm.py` saves after domain pretraining) has no
+# pooler and no next-sentence head; Hugging Face too starts them anew.
+MAY_BE_MISSING = ("pooler.dense.", "cls.seq_relationship.")
+
 HuggingFaceCheckpoint = collections.namedtuple(
     "HuggingFaceCheckpoint", ["config", "vocabulary", "lowercase", "encoder", "pretrainer"], defaults=(None,)
 )
@@ -108,24 +113,19 @@ def config_to_hf(config):
 
 
 def _weight_map(encoder, num_layers):
-    """(HF tensor name, Keras variable, transpose, required) for every encoder weight.
+    """(HF tensor name, Keras variable, transpose) for every encoder weight."""
 
-    The pooler is not required: `BertForMaskedLM` (what `run_mlm.py` saves
-    after domain pretraining) has none, and loading it as Hugging Face loads
-    it into a classifier leaves the pooler at its initial values.
-    """
-
-    def dense(hf_name, layer, required=True):
-        return [(f"{hf_name}.weight", layer.kernel, True, required), (f"{hf_name}.bias", layer.bias, False, required)]
+    def dense(hf_name, layer):
+        return [(f"{hf_name}.weight", layer.kernel, True), (f"{hf_name}.bias", layer.bias, False)]
 
     def layer_norm(hf_name, layer):
-        return [(f"{hf_name}.weight", layer.gamma, False, True), (f"{hf_name}.bias", layer.beta, False, True)]
+        return [(f"{hf_name}.weight", layer.gamma, False), (f"{hf_name}.bias", layer.beta, False)]
 
     get = encoder.get_layer
     pairs = [
-        ("embeddings.word_embeddings.weight", get("token_embedding").embeddings, False, True),
-        ("embeddings.position_embeddings.weight", get("position_embedding").embeddings, False, True),
-        ("embeddings.token_type_embeddings.weight", get("segment_embedding").embeddings, False, True),
+        ("embeddings.word_embeddings.weight", get("token_embedding").embeddings, False),
+        ("embeddings.position_embeddings.weight", get("position_embedding").embeddings, False),
+        ("embeddings.token_type_embeddings.weight", get("segment_embedding").embeddings, False),
         *layer_norm("embeddings.LayerNorm", get("embeddings_layer_norm")),
     ]
     for index in range(num_layers):
@@ -142,25 +142,25 @@ def _weight_map(encoder, num_layers):
             *dense(f"{prefix}.output.dense", block.output_dense),
             *layer_norm(f"{prefix}.output.LayerNorm", block.output_layer_norm),
         ]
-    pairs += dense("pooler.dense", get("pooler"), required=False)
+    pairs += dense("pooler.dense", get("pooler"))
     return pairs
 
 
 def _heads_weight_map(pretrainer):
-    """(HF tensor name, Keras variable, transpose, required) for the pretraining heads:
+    """(HF tensor name, Keras variable, transpose) for the pretraining heads:
     `BertForPreTraining`'s `cls.predictions` (the masked LM, whose projection is
     the token embedding, tied) and `cls.seq_relationship` (next sentence), which
     `BertForMaskedLM` lacks."""
     masked_lm = pretrainer.get_layer("masked_lm")
     next_sentence = pretrainer.get_layer("next_sentence")
     return [
-        ("cls.predictions.transform.dense.weight", masked_lm.transform_dense.kernel, True, True),
-        ("cls.predictions.transform.dense.bias", masked_lm.transform_dense.bias, False, True),
-        ("cls.predictions.transform.LayerNorm.weight", masked_lm.transform_layer_norm.gamma, False, True),
-        ("cls.predictions.transform.LayerNorm.bias", masked_lm.transform_layer_norm.beta, False, True),
-        ("cls.predictions.bias", masked_lm.output_bias, False, True),
-        ("cls.seq_relationship.weight", next_sentence.kernel, True, False),
-        ("cls.seq_relationship.bias", next_sentence.bias, False, False),
+        ("cls.predictions.transform.dense.weight", masked_lm.transform_dense.kernel, True),
+        ("cls.predictions.transform.dense.bias", masked_lm.transform_dense.bias, False),
+        ("cls.predictions.transform.LayerNorm.weight", masked_lm.transform_layer_norm.gamma, False),
+        ("cls.predictions.transform.LayerNorm.bias", masked_lm.transform_layer_norm.beta, False),
+        ("cls.predictions.bias", masked_lm.output_bias, False),
+        ("cls.seq_relationship.weight", next_sentence.kernel, True),
+        ("cls.seq_relationship.bias", next_sentence.bias, False),
     ]
 
 
@@ -188,8 +188,8 @@ def load_hf_weights(encoder, config, path, pretrainer=None):
     if pretrainer is not None:
         pairs += _heads_weight_map(pretrainer)
     fresh = []
-    for hf_name, variable, transpose, required in pairs:
-        if hf_name not in tensors and not required:
+    for hf_name, variable, transpose in pairs:
+        if hf_name not in tensors and hf_name.startswith(MAY_BE_MISSING):
             fresh.append(hf_name)
             continue
         if hf_name not in tensors:
@@ -300,7 +300,7 @@ def save_hf_checkpoint(encoder, config, vocabulary, path, lowercase=True):
     staging = tempfile.mkdtemp(prefix=".kbert-", dir=parent)
     try:
         tensors = {}
-        for hf_name, variable, transpose, _ in _weight_map(encoder, config.num_layers):
+        for hf_name, variable, transpose in _weight_map(encoder, config.num_layers):
             value = np.asarray(variable.numpy(), dtype="float32")
             tensors[hf_name] = np.ascontiguousarray(value.T if transpose else value)
         save_file(tensors, os.path.join(staging, "model.safetensors"), metadata={"format": "pt"})
