@@ -62,12 +62,18 @@ def run_by_length(model, features, names, sequence_length, batch_size=64):
     return check_finite(outputs)
 
 
+def replicas(model):
+    """The replicas a batch of `model`'s is split among: its TensorFlow
+    strategy's `num_replicas_in_sync`; 1 on other backends."""
+    strategy = getattr(model, "distribute_strategy", None)
+    return strategy.num_replicas_in_sync if strategy is not None else 1
+
+
 def _predict_batch(model, batch, rows):
     """`model`'s outputs on one batch. Under a strategy of several replicas,
     Keras's `predict_on_batch` runs the whole batch on each replica and gives
     their outputs end to end; `predict` splits the batch among them."""
-    strategy = getattr(model, "distribute_strategy", None)
-    if strategy is not None and strategy.num_replicas_in_sync > 1:
+    if replicas(model) > 1:
         return model.predict(batch, batch_size=rows, verbose=0)
     return model.predict_on_batch(batch)
 

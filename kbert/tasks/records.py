@@ -51,10 +51,7 @@ class Encoded:
         rows = len(self.features[ENCODER_INPUTS[0]])
         if self.example_of_row is None:
             self.example_of_row = np.arange(rows)
-        if not isinstance(self.group_size, int) or self.group_size < 1 or rows % self.group_size:
-            raise ValueError(
-                f"group_size={self.group_size!r}; expected a positive integer that divides the {rows} rows"
-            )
+        check_group_size(self.group_size, rows)
 
     def __len__(self):
         return len(self.example_of_row)
@@ -79,8 +76,10 @@ class Rows:
     group_size: int = 1
 
     def __post_init__(self):
-        if not isinstance(self.group_size, int) or self.group_size < 1 or len(self.lengths) % self.group_size:
-            raise ValueError(
-                f"group_size={self.group_size!r}; expected a positive integer that divides the "
-                f"{len(self.lengths)} rows"
-            )
+        check_group_size(self.group_size, len(self.lengths))
+
+
+def check_group_size(group_size, rows):
+    """`ValueError` unless `group_size` is a positive integer that divides `rows`."""
+    if not isinstance(group_size, int) or group_size < 1 or rows % group_size:
+        raise ValueError(f"group_size={group_size!r}; expected a positive integer that divides the {rows} rows")

@@ -179,7 +179,7 @@ def eval_dataset(task, encoded, batch_size, replicas=1):
     mask = encoded.features["padding_mask"]
     # A group's rows as one: the union of their padding masks is its longest row's.
     by_group = {"padding_mask": mask.reshape(-1, group, mask.shape[1]).max(axis=1)}
-    keep = replicas if group > 1 else 1
+    keep = _groups_multiple(group, replicas)
     batches = [
         ((index[: len(index) // keep * keep, np.newaxis] * group + np.arange(group)).reshape(-1), width)
         for index, width in batches_by_length(by_group, batch_size, task.sequence_length)
@@ -259,7 +259,7 @@ def epoch_batches(
     only if it keeps a group for each replica).
     """
     padding_values = ({name: 0 for name in ENCODER_INPUTS}, target_padding)
-    keep = replicas if group_size > 1 else 1
+    keep = _groups_multiple(group_size, replicas)
 
     def count(size):
         return size // batch_size + (size % batch_size >= keep)
@@ -293,6 +293,12 @@ def epoch_batches(
         ds = ds.map(_rows_of_groups, num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.apply(tf.data.experimental.assert_cardinality(batches * (epochs - first_epoch)))
     return without_autotune(ds.prefetch(tf.data.AUTOTUNE)), batches
+
+
+def _groups_multiple(group_size, replicas):
+    """What a batch's count of elements must be a multiple of: the replicas for
+    groups (so that each replica's share is whole groups), else 1."""
+    return replicas if group_size > 1 else 1
 
 
 def _first_groups(features, targets, multiple):

@@ -47,6 +47,7 @@ import keras
 from kbert.models import train_on_real_tokens
 from kbert.tasks import DEFAULT_TASK, get_task
 from kbert.tasks.base import Task
+from kbert.tasks.inference import replicas
 from kbert.training.batching import eval_dataset, train_dataset, training_bucket_width
 from kbert.training.finetune import DEFAULT_WARMUP_FRACTION
 from kbert.training.optimizers import make_optimizer
@@ -225,7 +226,7 @@ class TaskModel(keras.Model):
         recipe = self.task.recipe.override(batch_size=batch_size, epochs=epochs)
         dataset, steps = train_dataset(
             self.task, self.examples(x, y), recipe.batch_size, seed=seed, epochs=recipe.epochs,
-            bucket_width=training_bucket_width(bool(self.jit_compile)), replicas=self._replicas(),
+            bucket_width=training_bucket_width(bool(self.jit_compile)), replicas=replicas(self),
         )
         if self._recipe_compile is not None:
             total = steps * recipe.epochs
@@ -243,7 +244,7 @@ class TaskModel(keras.Model):
             pair = (validation_data,) if _is_dataset(validation_data) else validation_data
             validation = self.examples(*pair)
             encoded = self.task.encode(validation)
-            validation_data = eval_dataset(self.task, encoded, recipe.batch_size, self._replicas())
+            validation_data = eval_dataset(self.task, encoded, recipe.batch_size, replicas(self))
         history = super().fit(dataset, epochs=recipe.epochs, steps_per_epoch=steps,
                               validation_data=validation_data, shuffle=False, **kwargs)
         if validation is not None and type(self.task).tune is not Task.tune:
@@ -269,13 +270,8 @@ class TaskModel(keras.Model):
         if kwargs.get("_use_cached_eval_dataset"):  # Keras's fit, on `fit`'s validation batches
             return super().evaluate(x, y, batch_size=batch_size, **kwargs)
         encoded = self.task.encode(self.examples(x, y))
-        dataset = eval_dataset(self.task, encoded, batch_size or self.task.recipe.batch_size, self._replicas())
+        dataset = eval_dataset(self.task, encoded, batch_size or self.task.recipe.batch_size, replicas(self))
         return super().evaluate(dataset, **kwargs)
-
-    def _replicas(self):
-        """The replicas a batch is split among (TensorFlow's strategy; 1 elsewhere)."""
-        strategy = getattr(self, "distribute_strategy", None)
-        return strategy.num_replicas_in_sync if strategy is not None else 1
 
     def predict(self, x, batch_size=64, **kwargs):
         """The network's outputs for raw inputs (a dict if several): a row per packed
