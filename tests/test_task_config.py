@@ -35,7 +35,7 @@ def test_flags_parsing_and_refusals():
 
 
 def test_stored_values_and_the_merge():
-    stored = Config.stored({"labels": ["a", "b"]})  # written before `head` existed
+    stored = Config.create(Config.with_formers({"labels": ["a", "b"]}))  # written before `head` existed
     assert stored.head == "narrow" and stored.to_dict()["column"] == "text"
     merged = stored.merged({"column": "body", "stride": None, "other_task_flag": "x"}, trained=True)
     assert (merged.column, merged.stride) == ("body", 128)

@@ -333,7 +333,7 @@ def test_tflite_packing_equals_the_packer(mrpc_dev, name):
 def test_text_classifiers_truncation_is_an_option_kept_with_the_model(tmp_path, capsys):
     """`--truncate` when training is stored; a folder from before the option keeps the start."""
     config = TASKS["text-classification"].Config
-    assert config.stored({"labels": ["a", "b"]}).truncate == "longest_first"  # folders without the setting
+    assert config.create(config.with_formers({"labels": ["a", "b"]})).truncate == "longest_first"  # folders without the setting
     assert TASKS["text-classification"].resolve_options({})["truncate"] == "head_tail"
     task = task_instance("text-classification", {"labels": ["a", "b"], "truncate": "longest_first"}, 8)
     text = "one two three four five six seven eight nine ten"

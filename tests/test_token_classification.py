@@ -361,7 +361,8 @@ def test_word_split_setting_and_former_folders(tmp_path):
     assert task.settings()["word_split"] == "raw"
     assert TASKS[NAME].resolve_options({})["word_split"] == "raw"
     assert task_instance(NAME, {"tags": SETTINGS["tags"]}).word_split == "raw"  # a new model's
-    assert TASKS[NAME].Config.stored({"tags": SETTINGS["tags"]}).word_split == "none"  # a former folder's
+    config = TASKS[NAME].Config
+    assert config.create(config.with_formers({"tags": SETTINGS["tags"]})).word_split == "none"  # a former folder's
     with pytest.raises(ValueError, match="word_split='bpe'; expected one of raw, none"):
         task.use_options({"word_split": "bpe"})
     folder = ModelFolder.load(write_task_folder(tmp_path / "model", NAME, SETTINGS, TINY))

@@ -235,4 +235,3 @@ class MaskedWordsHead(keras.layers.Layer):
         for mine, theirs in zip(head.masked_lm.weights, source.weights, strict=True):
             mine.assign(ops.cast(theirs, "float32"))  # the tied embeddings land in the copy
         return head
-

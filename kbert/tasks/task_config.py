@@ -80,11 +80,6 @@ class TaskConfig:
         return cls(**{name: _parse(fields[name], value) for name, value in values.items()})
 
     @classmethod
-    def stored(cls, values, owner="the task"):
-        """The config of a model folder's stored `values` (`with_formers`)."""
-        return cls.create(cls.with_formers(values), owner)
-
-    @classmethod
     def with_formers(cls, values):
         """A model folder's stored `values`, where a flag they lack (the folder was
         written before the field existed) takes its `former` value."""
