@@ -263,3 +263,5 @@ def test_masked_words_head_fills_in_every_position(hf_heads, tmp_path):
     model.save(tmp_path / "fill.keras")
     again = keras.saving.load_model(tmp_path / "fill.keras").predict(features, verbose=0)
     assert np.abs(again - logits).max() <= 1e-6
+    with pytest.raises(ValueError, match="has no masked_lm layer; expected a bert_pretrainer"):
+        MaskedWordsHead.from_pretrainer(checkpoint.encoder)

@@ -228,6 +228,11 @@ class MaskedWordsHead(keras.layers.Layer):
     @classmethod
     def from_pretrainer(cls, pretrainer, name=HEAD_LAYER):
         """The head with `pretrainer`'s masked-LM weights (`kbert.models.bert_pretrainer`)."""
+        if not any(layer.name == "masked_lm" for layer in getattr(pretrainer, "layers", ())):
+            raise ValueError(
+                f"{getattr(pretrainer, 'name', type(pretrainer).__name__)!r} has no masked_lm layer; expected "
+                "a bert_pretrainer, e.g. kbert.checkpoints.load_pretrained(path, heads=True).pretrainer"
+            )
         source = pretrainer.get_layer("masked_lm")
         embeddings = pretrainer.encoder.get_layer("token_embedding").embeddings
         head = cls(source.vocab_size, source.activation, source.layer_norm_epsilon, name=name)
