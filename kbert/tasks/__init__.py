@@ -5,7 +5,7 @@ Adding a task is one module, its tests, and one line in `TASKS`.
 
 from kbert.tasks.base import Task
 from kbert.tasks.objectives import Classes, Embedding, Objective, Score, Spans, Tags
-from kbert.tasks.records import Encoded, Option, Rows
+from kbert.tasks.records import Encoded, Option, QuestionExample, Rows, TextExample, WordsExample
 from kbert.tasks.question_answering import QuestionAnswering
 from kbert.tasks.sentence_embedding import SentenceEmbedding
 from kbert.tasks.text_classification import TextClassification
@@ -29,8 +29,8 @@ DEFAULT_TASK = TextClassification.name
 EMBEDDING_TASK = SentenceEmbedding.name
 
 __all__ = [
-    "DEFAULT_TASK", "EMBEDDING_TASK", "TASKS", "Classes", "Embedding", "Encoded", "Objective", "Option", "Rows",
-    "Score", "Spans", "Tags", "Task", "get_task",
+    "DEFAULT_TASK", "EMBEDDING_TASK", "TASKS", "Classes", "Embedding", "Encoded", "Objective", "Option",
+    "QuestionExample", "Rows", "Score", "Spans", "Tags", "Task", "TextExample", "WordsExample", "get_task",
 ]
 
 

@@ -1,10 +1,76 @@
-"""The records a task hands the rest of kbert: its options, its encoded rows, rows made on the fly."""
+"""The records a task hands the rest of kbert: its examples, its options, its
+encoded rows, rows made on the fly.
+
+An example is what a user thinks of as one item (a text, a pair, a sentence
+of words, a question); each kind is a frozen dataclass whose `line` names
+where it came from (the record's line in its file, or its 1-based place
+among Python inputs; None for texts given on the command line).
+`dataclasses.replace` makes a changed copy.
+"""
 
 import dataclasses
 
 import numpy as np
 
 from kbert.config import ENCODER_INPUTS
+
+
+@dataclasses.dataclass(frozen=True)
+class TextExample:
+    """One or two texts and what they are labelled with (text and pair tasks).
+
+    Attributes:
+        texts: tuple of str, one per `Task.text_inputs`.
+        target: a label name, a score, or None (unlabelled).
+        line: int or None.
+    """
+
+    texts: tuple
+    target: object = None
+    line: int = None
+
+
+@dataclasses.dataclass(frozen=True)
+class WordsExample:
+    """A sentence as words, and their tags (token classification).
+
+    Attributes:
+        words: list of str.
+        tags: list of str, one per word, or None (untagged).
+        lines: list of int, each word's line in its file, or None.
+        line: int or None. The sentence's first line.
+        text: str or None. The raw text the words were cut from (`kbert
+            predict TEXT`), whose characters `starts` and `ends` index.
+        starts, ends: lists of int, each word's span in `text`, or None.
+    """
+
+    words: list
+    tags: list = None
+    lines: list = None
+    line: int = None
+    text: str = None
+    starts: list = None
+    ends: list = None
+
+
+@dataclasses.dataclass(frozen=True)
+class QuestionExample:
+    """A question about a context, and its answers (SQuAD's extractive question answering).
+
+    Attributes:
+        id: str. Keys the answer in predictions and SQuAD's scripts.
+        question, context: str.
+        answers: list of SQuAD's `{"text", "answer_start"}` dicts (none to predict).
+        is_impossible: bool. SQuAD 2.0: the context holds no answer.
+        line: int or None.
+    """
+
+    id: str
+    question: str
+    context: str
+    answers: list = dataclasses.field(default_factory=list)
+    is_impossible: bool = False
+    line: int = None
 
 
 @dataclasses.dataclass(frozen=True)
