@@ -233,6 +233,41 @@ def test_pretraining_heads_load_as_transformers_computes_them(hf_heads, architec
         assert np.abs(mine - theirs).max() <= 1e-6
 
 
+# Loads a folder kbert wrote as transformers' BertForPreTraining and writes its logits.
+TRANSFORMERS_LOAD = """
+import sys
+import numpy as np, torch, transformers
+
+folder, features = sys.argv[1], dict(np.load(sys.argv[2]))
+model, info = transformers.BertForPreTraining.from_pretrained(folder, output_loading_info=True)
+assert not info["missing_keys"] and not info["unexpected_keys"], info
+with torch.no_grad():
+    outputs = model.eval()(**{name: torch.tensor(value, dtype=torch.long) for name, value in features.items()})
+np.savez(folder + "/logits.npz", masked_lm=outputs.prediction_logits.numpy(),
+         next_sentence=outputs.seq_relationship_logits.numpy())
+"""
+
+
+def test_a_pretrainer_saves_as_bert_for_pretraining(hf_heads, tmp_path):
+    """`save_hf_checkpoint(pretrainer=...)` (what `kbert pretrain` writes) is a
+    BertForPreTraining folder: transformers loads every tensor and gives the logits
+    of the checkpoint it came from; kbert reads the heads back."""
+    from kbert.checkpoints import load_pretrained
+    from kbert.checkpoints.huggingface import has_masked_lm
+
+    root, _ = hf_heads
+    source = load_pretrained(str(root / "BertForPreTraining"), heads=True)
+    folder = tmp_path / "saved"
+    save_hf_checkpoint(source.encoder, source.config, source.vocabulary, str(folder), pretrainer=source.pretrainer)
+    assert has_masked_lm(str(folder)) and not has_masked_lm("all-minilm-l6-v2")
+    run = subprocess.run([sys.executable, "-c", TRANSFORMERS_LOAD, str(folder), str(root / "features.npz")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    expected = dict(np.load(root / "BertForPreTraining" / "logits.npz"))
+    for name, logits in np.load(folder / "logits.npz").items():
+        assert np.abs(logits - expected[name]).max() <= HIDDEN_STATE_ATOL, name
+
+
 def test_heads_asked_of_an_encoder_are_named(minilm, tmp_path):
     from kbert.checkpoints import load_pretrained
 

@@ -222,6 +222,11 @@ def test_pretrain_fits_with_jit_compile_and_saves_an_encoder(tmp_path):
         model.encoder(features)["sequence_output"],
         atol=1e-6,
     )
+    # It keeps the trained heads too (a BertForPreTraining folder): fill-mask reads them.
+    features["masked_lm_positions"] = random_batch()[0]["masked_lm_positions"]
+    heads = load_hf_checkpoint(os.path.join(out, "encoder"), heads=True).pretrainer(features)
+    for name, value in model(features).items():
+        np.testing.assert_allclose(heads[name], value, atol=1e-5)
     with pytest.raises(ValueError, match="not empty"):
         pretrain(records, out, TINY_VOCABULARY, init=config, num_train_steps=1)
 

@@ -12,6 +12,7 @@ import sys
 import tempfile
 
 import numpy as np
+from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
 from kbert.config import PRESETS, BertConfig
@@ -176,6 +177,15 @@ def _normalise_names(tensors):
     return renamed
 
 
+def has_masked_lm(name_or_path):
+    """Whether a Hugging Face checkpoint's `model.safetensors` holds a masked-LM head (`cls.predictions`)."""
+    path = os.path.join(resolve_checkpoint(name_or_path), "model.safetensors")
+    if not os.path.isfile(path):
+        return False
+    with safe_open(path, "np") as f:
+        return any(name.startswith("cls.predictions.") for name in f.keys())
+
+
 def load_hf_weights(encoder, config, path, pretrainer=None):
     """Assigns the tensors of a `model.safetensors` file to `encoder`'s variables,
     and to `pretrainer`'s heads if one is given (`load_hf_checkpoint`).
@@ -291,21 +301,31 @@ def load_hf_checkpoint(name_or_path, dtype=None, overrides=None, heads=False):
     return HuggingFaceCheckpoint(config, vocabulary, lowercase, encoder, pretrainer)
 
 
-def save_hf_checkpoint(encoder, config, vocabulary, path, lowercase=True):
-    """Writes `encoder` as a Hugging Face BERT folder (written aside, then renamed)."""
+def save_hf_checkpoint(encoder, config, vocabulary, path, lowercase=True, pretrainer=None):
+    """Writes `encoder` as a Hugging Face BERT folder (written aside, then renamed):
+    a `BertModel`, or with `pretrainer` (a `bert_pretrainer` of `encoder`) a
+    `BertForPreTraining` that keeps its masked-LM and next-sentence heads."""
     if os.path.exists(path) and os.listdir(path):
         raise ValueError(f"{path} exists and is not empty; choose a new folder")
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".kbert-", dir=parent)
+    # BertForPreTraining names its encoder's tensors under `bert.`, its heads' under `cls.`.
+    prefix = "" if pretrainer is None else "bert."
+    pairs = [(prefix + name, variable, transpose) for name, variable, transpose in _weight_map(encoder, config.num_layers)]
+    if pretrainer is not None:
+        pairs += _heads_weight_map(pretrainer)
     try:
         tensors = {}
-        for hf_name, variable, transpose in _weight_map(encoder, config.num_layers):
+        for hf_name, variable, transpose in pairs:
             value = np.asarray(variable.numpy(), dtype="float32")
             tensors[hf_name] = np.ascontiguousarray(value.T if transpose else value)
         save_file(tensors, os.path.join(staging, "model.safetensors"), metadata={"format": "pt"})
+        hf_config = config_to_hf(config)
+        if pretrainer is not None:
+            hf_config["architectures"] = ["BertForPreTraining"]
         with open(os.path.join(staging, "config.json"), "w") as f:
-            json.dump(config_to_hf(config), f, indent=2)
+            json.dump(hf_config, f, indent=2)
         with open(os.path.join(staging, "tokenizer_config.json"), "w") as f:
             json.dump({"do_lower_case": lowercase, "tokenizer_class": "BertTokenizer"}, f, indent=2)
         with open(os.path.join(staging, "vocab.txt"), "w", encoding="utf-8") as f:

@@ -13,6 +13,7 @@ import keras
 import numpy as np
 
 from kbert.checkpoints import load_hf_checkpoint, resolve_checkpoint, save_hf_checkpoint
+from kbert.checkpoints.huggingface import has_masked_lm
 from kbert.checkpoints.google import load_google_checkpoint
 from kbert.config import PRESETS, BertConfig
 from kbert.hardware import log_dtype
@@ -137,8 +138,9 @@ def _build_model(init, vocabulary, dtype):
         checkpoint = load_google_checkpoint(folder, dtype=dtype)
         pretrainer = checkpoint.pretrainer
     else:
-        checkpoint = load_hf_checkpoint(folder, dtype=dtype)
-        pretrainer = bert_pretrainer(checkpoint.encoder, dtype=dtype)
+        # A BertForPreTraining or BertForMaskedLM keeps training its heads; a BertModel gets new ones.
+        checkpoint = load_hf_checkpoint(folder, dtype=dtype, heads=has_masked_lm(folder))
+        pretrainer = checkpoint.pretrainer or bert_pretrainer(checkpoint.encoder, dtype=dtype)
     if checkpoint.vocabulary != list(vocabulary):
         raise ValueError(
             f"the vocabulary of {init!r} differs from the one of the training data; "
@@ -182,8 +184,9 @@ def pretrain(
         train_data: records (glob, folder or list, from `write_pretraining_data`
             or google's script) or a `tf.data.Dataset` of `(features, labels,
             sample_weights)` such as `make_dynamic_masking_dataset`'s; repeated.
-        out: str. New folder: `encoder/` (a Hugging Face BERT folder, for
-            `load_hf_checkpoint` and fine-tuning), `pretrainer.weights.h5`
+        out: str. New folder: `encoder/` (a Hugging Face `BertForPreTraining`
+            folder, heads included, for fine-tuning, `--task fill-mask` and
+            transformers), `pretrainer.weights.h5`
             (encoder + heads) and `history.json` (one entry per window of
             `log_every` steps: losses, accuracies, learning rate, throughput);
             `logs/` holds TensorBoard event files, one point per window.
@@ -415,6 +418,7 @@ def _write_outputs(out, model, config, vocabulary, lowercase, history):
             vocabulary,
             os.path.join(staging, ENCODER_FOLDER),
             lowercase=lowercase,
+            pretrainer=model,
         )
         model.save_weights(os.path.join(staging, WEIGHTS_FILE))
         with open(os.path.join(staging, HISTORY_FILE), "w") as f:
