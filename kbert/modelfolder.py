@@ -198,16 +198,23 @@ class ModelFolder:
                 f"task {task!r} needs training: fine-tune it with kbert finetune and pass "
                 "the model folder as --model"
             )
+        # A head that comes from the checkpoint (fill-mask's masked LM) is built on its pretrainer.
+        heads = task_class.objective.pretrained_heads
+        if is_model_folder(model) and heads:
+            raise ValueError(
+                f"{model} is a kbert model folder, which keeps no masked-LM head; task {task!r} needs a "
+                "checkpoint that has one (Hugging Face BertForMaskedLM or BertForPreTraining, google-research/bert)"
+            )
         if is_model_folder(model):
             trained = cls.load(model)
-            config, encoder = trained.config, trained.encoder
+            config, source = trained.config, trained.encoder
             vocabulary, lowercase = trained.vocabulary, trained.lowercase
             checkpoint, default_length = None, trained.sequence_length
         else:
             from kbert.checkpoints import load_pretrained
 
-            pretrained = load_pretrained(model)
-            config, encoder = pretrained.config, pretrained.encoder
+            pretrained = load_pretrained(model, heads=heads)
+            config, source = pretrained.config, pretrained.pretrainer or pretrained.encoder
             vocabulary, lowercase = pretrained.vocabulary, pretrained.lowercase
             checkpoint = pretrained.folder
             default_length = task_class.pretrained_sequence_length(checkpoint) or min(
@@ -223,7 +230,7 @@ class ModelFolder:
             "lowercase": lowercase,
         }
         folder = cls(model, None, vocabulary, settings)
-        folder.model = folder.task.build_model(encoder)
+        folder.model = folder.task.build_model(source)
         return folder
 
     def set_sequence_length(self, sequence_length):

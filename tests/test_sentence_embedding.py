@@ -294,7 +294,7 @@ def test_tasks_that_need_training_are_kept_apart(tiny, tmp_path, capsys):
     err = error_of(["evaluate", "--model", tiny, "--task", "text-pair-regression", "--data", data], capsys)
     assert "task 'text-pair-regression' needs training" in err
     err = error_of(["evaluate", "--model", tiny, "--data", data], capsys)
-    assert "needs --task, one that needs no training (sentence-embedding)" in err
+    assert "needs --task, one that needs no training (sentence-embedding, fill-mask)" in err
     with pytest.raises(SystemExit) as exit_:
         main(["evaluate", "--model", tiny, "--task", "sentence-embedding", "--pooling", "sum", "--data", data])
     assert exit_.value.code == 2 and "--pooling: invalid choice: 'sum'" in capsys.readouterr().err

@@ -48,6 +48,7 @@ SETTINGS = {
         "max_query_length": 4, "max_answer_length": 8, "n_best_size": 5,
     },
     "sentence-embedding": {"pooling": "mean", "normalize": True},
+    "fill-mask": {"top_k": 3, "max_masks": 2},
 }
 
 

@@ -311,7 +311,9 @@ def _write_onnx(reference, folder, version_dir, loaded, plan, scratch, threads):
     """
     reference.log("ONNX: converting with tf2onnx and fusing with onnxruntime")
     tokens_fn = loaded.signatures[savedmodel.TOKENS_SIGNATURE]
-    numeric = [n for n, spec in tokens_fn.structured_outputs.items() if spec.dtype.is_floating]
+    # The numbers served, and the task's own outputs whatever their dtype (fill-mask's word ids).
+    numeric = [n for n, spec in tokens_fn.structured_outputs.items()
+               if spec.dtype.is_floating or n in folder.task.outputs]
     onnx_dir = os.path.join(reference.staging, "onnx")
     os.makedirs(onnx_dir)
     raw = os.path.join(scratch, "raw.onnx")

@@ -11,6 +11,7 @@ SavedModel's signatures are traced from; `fusion_counts` reports what fused.
 """
 
 import collections
+import functools
 
 import numpy as np
 
@@ -40,6 +41,8 @@ def convert_savedmodel_to_onnx(version_dir, path, output_names):
     import onnx
     import tensorflow_text  # noqa: F401  (the SavedModel's text signature uses its ops)
     from tf2onnx import convert, optimizer, tf_loader
+
+    _register_erfc()
 
     graph_def, inputs, outputs, tables, renames = tf_loader.from_saved_model(
         version_dir,
@@ -72,6 +75,27 @@ def convert_savedmodel_to_onnx(version_dir, path, output_names):
             if not dim.HasField("dim_value"):
                 dim.dim_param = axis
     onnx.save(model, path)
+
+
+@functools.cache
+def _register_erfc():
+    """Teaches tf2onnx TensorFlow's `Erfc`, as `1 - Erf`: Keras's exact GELU (`tf.nn.gelu`)
+    uses it, as in fill-mask's masked-LM transform (TFLite fuses the same form into GELU)."""
+    from tf2onnx import utils
+    from tf2onnx.handler import tf_op
+
+    @tf_op("Erfc")
+    class Erfc:
+        @classmethod
+        def version_9(cls, ctx, node, **kwargs):
+            node.type = "Erf"
+            dtype = utils.map_onnx_to_numpy_type(ctx.get_dtype(node.input[0]))
+            one = ctx.make_const(utils.make_name("one"), np.array(1, dtype))
+            erf = node.output[0]
+            complement = ctx.insert_new_node_on_output("Sub", erf, name=utils.make_name(node.name),
+                                                       inputs=[one.output[0], erf])
+            ctx.copy_shape(erf, complement.output[0])
+            ctx.set_dtype(complement.output[0], ctx.get_dtype(erf))
 
 
 def optimize_onnx(source, path, config):

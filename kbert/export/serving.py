@@ -14,6 +14,7 @@ from kbert.export.serving_answers import AnswerServing
 from kbert.export.serving_base import Bound, Serving
 from kbert.export.serving_tokens import TokenServing
 from kbert.tasks import (
+    FillMask,
     QuestionAnswering,
     SentenceEmbedding,
     Task,
@@ -103,6 +104,37 @@ class EmbeddingServing(Serving):
         }
 
 
+class FillMaskServing(Serving):
+    """The words of each [MASK] served as strings beside their ids; compared by their
+    probabilities and by the likeliest word."""
+
+    # The string-in TFLite tokenizes with tf-text's FastBertTokenizer, which reads
+    # "[MASK]" as "[", "mask", "]": the masks would never reach the model.
+    tflite_text_variant = False
+
+    def outputs(self, features, outputs):
+        import tensorflow as tf
+
+        ids = outputs["word_ids"]
+        words = tf.gather(tf.constant(self.task.tokenizer.vocabulary), tf.maximum(ids, 0))
+        return {**outputs, "words": tf.where(ids >= 0, words, "")}
+
+    def tflite_unsupported(self):
+        return {"16x8": "the head finds the [MASK]s by comparing int32 token ids, whose inputs LiteRT's "
+                        "16x8 quantizer cannot calibrate (use dynamic or int8)"}
+
+    def scores(self, outputs):
+        return np.asarray(outputs["word_scores"], np.float32).reshape(len(outputs["word_scores"]), -1)
+
+    def agreement(self, outputs, reference):
+        ids, expected = (np.asarray(o["word_ids"])[..., 0] for o in (outputs, reference))
+        real = expected >= 0
+        return {
+            "max_abs_diff": float(np.abs(self.scores(outputs) - self.scores(reference)).max()),
+            "top1_agreement": float(np.mean(ids[real] == expected[real])) if real.any() else 1.0,
+        }
+
+
 # Each task class's adapter class; a subclass without its own takes its nearest
 # base class's (`serving_class`).
 ADAPTERS = {
@@ -113,6 +145,7 @@ ADAPTERS = {
     SentenceEmbedding: EmbeddingServing,
     TokenClassification: TokenServing,
     QuestionAnswering: AnswerServing,
+    FillMask: FillMaskServing,
 }
 
 

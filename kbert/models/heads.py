@@ -15,7 +15,8 @@ computes in the policy given as `dropout_dtype` (the model's).
 | `SpanHead` | `sequence_output` | start and end logits, padding at `PADDING_LOGIT` | question answering |
 | `PoolingHead` | `sequence_output` | pooled (mean, [CLS] or max), then L2-normalised vectors | sentence embeddings |
 | `PairCosineHead` | `pooled_output` and each text's own pass | a Dense on [CLS] plus the texts' scaled cosine | text-pair regression |
-| `MaskedWordsHead` | `sequence_output` | BERT's masked-LM logits over the vocabulary at every position | filling in words, from a checkpoint's heads |
+| `MaskedWordsHead` | `sequence_output` | BERT's masked-LM logits over the vocabulary at every position | a checkpoint's masked LM as a layer |
+| `FillMaskHead` | `sequence_output` at the `[MASK]` tokens | the most likely words of each `[MASK]` and their probabilities | fill-mask |
 """
 
 import keras
@@ -226,8 +227,9 @@ class MaskedWordsHead(keras.layers.Layer):
                 "layer_norm_epsilon": self.layer_norm_epsilon}
 
     @classmethod
-    def from_pretrainer(cls, pretrainer, name=HEAD_LAYER):
-        """The head with `pretrainer`'s masked-LM weights (`kbert.models.bert_pretrainer`)."""
+    def from_pretrainer(cls, pretrainer, name=HEAD_LAYER, **kwargs):
+        """The head with `pretrainer`'s masked-LM weights (`kbert.models.bert_pretrainer`);
+        `kwargs` go to the constructor."""
         if not any(layer.name == "masked_lm" for layer in getattr(pretrainer, "layers", ())):
             raise ValueError(
                 f"{getattr(pretrainer, 'name', type(pretrainer).__name__)!r} has no masked_lm layer; expected "
@@ -235,8 +237,53 @@ class MaskedWordsHead(keras.layers.Layer):
             )
         source = pretrainer.get_layer("masked_lm")
         embeddings = pretrainer.encoder.get_layer("token_embedding").embeddings
-        head = cls(source.vocab_size, source.activation, source.layer_norm_epsilon, name=name)
+        head = cls(source.vocab_size, activation=source.activation, layer_norm_epsilon=source.layer_norm_epsilon,
+                   name=name, **kwargs)
         head.build({"sequence_output": (None, None, embeddings.shape[1])})
         for mine, theirs in zip(head.masked_lm.weights, source.weights, strict=True):
             mine.assign(ops.cast(theirs, "float32"))  # the tied embeddings land in the copy
         return head
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class FillMaskHead(MaskedWordsHead):
+    """The masked LM at the `[MASK]` tokens alone: the `top_k` most likely words of
+    each of a row's first `max_masks` `[MASK]`s, most likely first (Hugging
+    Face's fill-mask). Shapes are static, so that it exports as it is.
+
+    Args:
+        vocab_size, activation, layer_norm_epsilon: as `MaskedWordsHead`'s.
+        mask_id: int. The `[MASK]` token's id.
+        max_masks: int. `[MASK]`s read per row; later ones are not.
+        top_k: int. Words given per `[MASK]`.
+
+    Outputs: `word_ids` int32 `(batch, max_masks, top_k)`, -1 past a row's
+    `[MASK]`s; `word_scores` float32 probabilities (softmax over the
+    vocabulary), 0 past them. `from_pretrainer(pretrainer, mask_id=...)` gives
+    it a checkpoint's weights.
+    """
+
+    def __init__(self, vocab_size, mask_id, max_masks=8, top_k=5, activation="gelu", layer_norm_epsilon=1e-12,
+                 **kwargs):
+        super().__init__(vocab_size, activation, layer_norm_epsilon, **kwargs)
+        self.mask_id, self.max_masks, self.top_k = mask_id, max_masks, top_k
+
+    def call(self, encoder_outputs, features, training=None):
+        sequence = ops.cast(encoder_outputs["sequence_output"], "float32")
+        is_mask = ops.cast(ops.equal(features["token_ids"], self.mask_id), "float32")
+        length = ops.shape(is_mask)[1]
+        # The first [MASK]s rank highest: position p of a [MASK] scores length - p, others 0.
+        rank = is_mask * ops.cast(length - ops.arange(length), "float32")[None, :]
+        found, positions = ops.top_k(rank, self.max_masks)
+        logits = self.masked_lm(sequence, positions)
+        top, ids = ops.top_k(logits, self.top_k)
+        scores = ops.exp(top - ops.logsumexp(logits, axis=-1, keepdims=True))
+        real = ops.greater(found, 0.0)[:, :, None]
+        return {"word_ids": ops.where(real, ops.cast(ids, "int32"), -1), "word_scores": ops.where(real, scores, 0.0)}
+
+    def compute_output_spec(self, encoder_outputs, features, training=None):
+        shape = (encoder_outputs["sequence_output"].shape[0], self.max_masks, self.top_k)
+        return {"word_ids": keras.KerasTensor(shape, dtype="int32"), "word_scores": keras.KerasTensor(shape)}
+
+    def get_config(self):
+        return {**super().get_config(), "mask_id": self.mask_id, "max_masks": self.max_masks, "top_k": self.top_k}

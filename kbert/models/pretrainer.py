@@ -15,7 +15,7 @@ NEXT_SENTENCE = "next_sentence"
 DEFAULT_INITIALIZER_RANGE = 0.02
 
 
-def _head_hyperparameters(encoder):
+def head_hyperparameters(encoder):
     """(activation, layer_norm_epsilon) of an encoder built by `bert_encoder`."""
     try:
         activation = encoder.get_layer("transformer_layer_0").activation
@@ -179,7 +179,7 @@ def bert_pretrainer(encoder_or_config, dtype=None, name="bert_pretrainer"):
         epsilon = encoder_or_config.layer_norm_epsilon
         initializer_range = encoder_or_config.initializer_range
     else:
-        activation, epsilon = _head_hyperparameters(encoder)
+        activation, epsilon = head_hyperparameters(encoder)
         initializer_range = DEFAULT_INITIALIZER_RANGE
     return BertPretrainer(
         encoder,

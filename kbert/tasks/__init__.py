@@ -4,7 +4,8 @@ Adding a task is one module, its tests, and one line in `TASKS`.
 """
 
 from kbert.tasks.base import Task
-from kbert.tasks.objectives import Classes, Embedding, Objective, Score, Spans, Tags
+from kbert.tasks.fill_mask import FillMask
+from kbert.tasks.objectives import Classes, Embedding, MaskedWords, Objective, Score, Spans, Tags
 from kbert.tasks.records import Encoded, Option, QuestionExample, Rows, TextExample, WordsExample
 from kbert.tasks.question_answering import QuestionAnswering
 from kbert.tasks.sentence_embedding import SentenceEmbedding
@@ -22,6 +23,7 @@ TASKS = {
         TokenClassification,
         QuestionAnswering,
         SentenceEmbedding,
+        FillMask,
     )
 }
 DEFAULT_TASK = TextClassification.name
@@ -29,8 +31,8 @@ DEFAULT_TASK = TextClassification.name
 EMBEDDING_TASK = SentenceEmbedding.name
 
 __all__ = [
-    "DEFAULT_TASK", "EMBEDDING_TASK", "TASKS", "Classes", "Embedding", "Encoded", "Objective", "Option",
-    "QuestionExample", "Rows", "Score", "Spans", "Tags", "Task", "TextExample", "WordsExample", "get_task",
+    "DEFAULT_TASK", "EMBEDDING_TASK", "TASKS", "Classes", "Embedding", "Encoded", "FillMask", "MaskedWords",
+    "Objective", "Option", "QuestionExample", "Rows", "Score", "Spans", "Tags", "Task", "TextExample", "WordsExample", "get_task",
 ]
 
 

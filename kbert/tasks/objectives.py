@@ -13,6 +13,7 @@ data, encoding it, decoding and judging the predictions.
 | `Tags(field)` | Dense on every position | `logits` | cross-entropy at tagged positions | token classification |
 | `Spans()` | Dense(2) on every position | `start_logits`, `end_logits` | run_squad.py's | question answering |
 | `Embedding()` | pooling, L2 norm | `embedding` | none: needs no training | sentence embeddings |
+| `MaskedWords()` | a checkpoint's masked LM at each `[MASK]` | `word_ids`, `word_scores` | none: needs no training | fill-mask |
 
 Keras and the models are imported on first use, so that listing the tasks
 (`kbert --help`) imports neither.
@@ -34,6 +35,9 @@ class Objective:
     reads_sequence = False
     # What pads per-token targets in padded batches (ignored by the loss).
     target_padding = 0
+    # True if the head comes from the checkpoint (`load_pretrained(..., heads=True)`):
+    # `build_model` is then given its `bert_pretrainer`.
+    pretrained_heads = False
 
     def build_model(self, task, encoder_or_config, dtype=None):
         """The task's model on `ENCODER_INPUTS`: the encoder and a float32 head layer named "head"."""
@@ -217,6 +221,41 @@ class Embedding(Objective):
 
         return bert_embedder(encoder_or_config, dtype=dtype, pooling=task.pooling, normalize=task.normalize,
                              name="sentence_embedder")
+
+    def compile_args(self, task):
+        raise ValueError(f"task {task.name!r} needs no training")
+
+
+class MaskedWords(Objective):
+    """The `top_k` words a checkpoint's masked LM puts at each of a row's first
+    `max_masks` `[MASK]`s, with their probabilities (`FillMaskHead`; the task's
+    fields of those names). Needs no training: the head is the checkpoint's."""
+
+    outputs = ("word_ids", "word_scores")
+    reads_sequence = True
+    pretrained_heads = True
+
+    def build_model(self, task, source, dtype=None):
+        """`source`: a `bert_pretrainer` (its masked LM), or an encoder or config (a fresh head)."""
+        import keras
+
+        from kbert.models.encoder import as_encoder, encoder_inputs
+        from kbert.models.heads import HEAD_LAYER, FillMaskHead
+        from kbert.models.pretrainer import head_hyperparameters
+
+        settings = {"mask_id": task.tokenizer.mask_id, "max_masks": task.max_masks, "top_k": task.top_k,
+                    "name": HEAD_LAYER}
+        if isinstance(source, keras.Model) and any(layer.name == "masked_lm" for layer in source.layers):
+            head, encoder = FillMaskHead.from_pretrainer(source, **settings), source.encoder
+        else:
+            encoder = as_encoder(source, dtype=dtype)
+            activation, epsilon = head_hyperparameters(encoder)
+            vocab_size = encoder.get_layer("token_embedding").input_dim
+            head = FillMaskHead(vocab_size, activation=activation, layer_norm_epsilon=epsilon, **settings)
+        # The masked LM reads every position, never the pooled [CLS] vector.
+        encoder.get_layer("pooler").trainable = False
+        inputs = encoder_inputs()
+        return keras.Model(inputs, head(encoder(inputs), inputs), name="bert_fill_mask")
 
     def compile_args(self, task):
         raise ValueError(f"task {task.name!r} needs no training")
