@@ -1,6 +1,7 @@
 """`kbert distill`: the student builder, the distillation losses against numpy, and the
 command end to end on teachers fine-tuned here (a topic classifier, an STS-B regressor)."""
 
+import dataclasses
 import gzip
 import json
 import os
@@ -394,8 +395,8 @@ def test_distill_question_answering(answerer, capsys):
     # A question whose answer run_squad.py cannot find (none here: one is given an
     # answer its context does not hold) is left out of fine-tuning; a student
     # learns its rows from the teacher alone.
-    unfindable = [dict(e) for e in examples]
-    unfindable[1]["answers"] = [{"text": "zebra quartz", "answer_start": 0}]
+    unfindable = list(examples)
+    unfindable[1] = dataclasses.replace(examples[1], answers=[{"text": "zebra quartz", "answer_start": 0}])
     marked = teacher_targets(teacher, teacher.task, unfindable, [], 8, log=lambda line: None)
     expected = np.where(teacher.task.encode(unfindable).example_of_row == 1, 0.0, 1.0)
     assert expected.min() == 0.0
