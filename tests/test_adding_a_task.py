@@ -1,6 +1,7 @@
 """Multiple choice, a task added through the public contract alone (docs/adding-a-task.md)."""
 
 import csv
+import dataclasses
 import json
 
 import keras
@@ -26,6 +27,10 @@ CHOICES = 4
 ANIMALS = "cat dog horse sheep goat mouse bird fish duck frog bear wolf lion tiger snake rabbit".split()
 PLACES = "park river house garden field forest road farm".split()
 
+# An example, a frozen dataclass as kbert's records (`TextExample`): a sentence, its `CHOICES`
+# endings, the right one's index (None: unlabelled) and its line in the file.
+Choice = dataclasses.make_dataclass("Choice", ["sentence", "endings", "target", "line"], frozen=True)
+
 
 class ChoiceLoss(keras.losses.Loss):
     """Softmax cross-entropy across each example's `CHOICES` rows, which batches keep together."""
@@ -49,17 +54,16 @@ class MultipleChoice(Task):
     @classmethod
     def read(cls, path, options=None, targets=True):
         endings = [f"ending{i}" for i in range(CHOICES)]
-        return [{"sentence": row["sentence"], "endings": [row[e] for e in endings],
-                 "target": int(row["label"]) if targets else None, "line": row.line}
+        return [Choice(row["sentence"], [row[e] for e in endings], int(row["label"]) if targets else None, row.line)
                 for row in read_table(path, ["sentence", *endings] + (["label"] if targets else []))]
 
     def encode(self, examples, targets=True):
         """Each (sentence, ending) pair one row; an example's rows one group."""
-        sentences = [e["sentence"] for e in examples for _ in range(CHOICES)]
-        endings = [ending for e in examples for ending in e["endings"]]
+        sentences = [e.sentence for e in examples for _ in range(CHOICES)]
+        endings = [ending for e in examples for ending in e.endings]
         packed = self.preprocessor((tf.constant(sentences), tf.constant(endings)))
         features = {name: packed[name].numpy().astype(np.int32) for name in ENCODER_INPUTS}
-        right = np.array([[e["target"] == i for i in range(CHOICES)] for e in examples], np.int32)
+        right = np.array([[e.target == i for i in range(CHOICES)] for e in examples], np.int32)
         return Encoded(features, right.reshape(-1) if targets else None,
                        example_of_row=np.repeat(np.arange(len(examples)), CHOICES), group_size=CHOICES)
 
@@ -71,22 +75,22 @@ class MultipleChoice(Task):
 
     def evaluate(self, examples, predictions):
         answers = np.asarray(predictions).argmax(axis=-1)
-        return {"accuracy": float(np.mean(answers == [e["target"] for e in examples])), "n": len(examples)}
+        return {"accuracy": float(np.mean(answers == [e.target for e in examples])), "n": len(examples)}
 
     def predict_json(self, examples, predictions):
-        return [{"sentence": e["sentence"], "endings": e["endings"], "answer": int(np.argmax(p)),
+        return [{"sentence": e.sentence, "endings": e.endings, "answer": int(np.argmax(p)),
                  "scores": [float(s) for s in p]} for e, p in zip(examples, predictions)]
 
     def serving_request(self, example):
-        return {"sentence": example["sentence"], "ending": example["endings"][0]}  # one pair of several
+        return {"sentence": example.sentence, "ending": example.endings[0]}  # one pair of several
 
 
 class ChoiceServing(kbert.export.serving.Serving):
     """The strings of every pair, one row each, as `encode` packs them."""
 
     def strings(self, examples):
-        return {"sentence": [e["sentence"] for e in examples for _ in e["endings"]],
-                "ending": [ending for e in examples for ending in e["endings"]]}
+        return {"sentence": [e.sentence for e in examples for _ in e.endings],
+                "ending": [ending for e in examples for ending in e.endings]}
 
 
 def write_examples(path, count, seed):

@@ -1,6 +1,7 @@
 """`kbert distill`: the student builder, the distillation losses against numpy, and the
 command end to end on teachers fine-tuned here (a topic classifier, an STS-B regressor)."""
 
+import dataclasses
 import gzip
 import json
 import os
@@ -321,9 +322,9 @@ def corpus(tmp_path_factory, classifier):
     train, dev = task.read(classifier["train"]), task.read(classifier["dev"])
     fresh = [["A puzzle game with tiles.", "Slide them."], ["An SMTP relay."],
              ["A linear algebra library."], ["A chess engine."]]
-    words = dev[1]["texts"][0].split()
+    words = dev[1].texts[0].split()
     # A dev text split into sentences, as the Debian corpus holds it.
-    repeats = [[train[0]["texts"][0]], [" ".join(words[:3]), " ".join(words[3:])], fresh[0]]
+    repeats = [[train[0].texts[0]], [" ".join(words[:3]), " ".join(words[3:])], fresh[0]]
     path = _corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt.gz", fresh[:2] + repeats + fresh[2:])
     return {"path": path, "fresh": [" ".join(d) for d in fresh], "train": train, "dev": dev}
 
@@ -394,8 +395,8 @@ def test_distill_question_answering(answerer, capsys):
     # A question whose answer run_squad.py cannot find (none here: one is given an
     # answer its context does not hold) is left out of fine-tuning; a student
     # learns its rows from the teacher alone.
-    unfindable = [dict(e) for e in examples]
-    unfindable[1]["answers"] = [{"text": "zebra quartz", "answer_start": 0}]
+    unfindable = list(examples)
+    unfindable[1] = dataclasses.replace(examples[1], answers=[{"text": "zebra quartz", "answer_start": 0}])
     marked = teacher_targets(teacher, teacher.task, unfindable, [], 8, log=lambda line: None)
     expected = np.where(teacher.task.encode(unfindable).example_of_row == 1, 0.0, 1.0)
     assert expected.min() == 0.0
@@ -449,7 +450,7 @@ def test_unlabelled_texts_carry_the_teachers_outputs_alone(classifier, corpus):
     teacher = ModelFolder.load(classifier["teacher"])
     task, known = teacher.task, corpus["train"] + corpus["dev"]
     examples, dropped = unlabelled_examples(task, corpus["path"], known=known)
-    assert dropped == 3 and [e["texts"][0] for e in examples] == corpus["fresh"]
+    assert dropped == 3 and [e.texts[0] for e in examples] == corpus["fresh"]
     assert len(unlabelled_examples(task, corpus["path"], limit=2, known=known)[0]) == 2
 
     train = corpus["train"]

@@ -53,7 +53,7 @@ def exported(tmp_path_factory):
 def reference(exported):
     finetuned = ModelFolder.load(exported["model_dir"])
     examples = finetuned.task.read(DEV_CSV)[:EXAMPLES]
-    texts = [e["texts"][0] for e in examples]
+    texts = [e.texts[0] for e in examples]
     return finetuned, texts, finetuned.predict(examples)
 
 

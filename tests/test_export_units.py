@@ -14,7 +14,7 @@ from kbert.export import options, verify
 from kbert.export.graph import GRAPH_TOLERANCE, model_outputs
 from kbert.export.serving import serving_class, serving_for
 from kbert.export.savedmodel import serving_float
-from kbert.tasks import TASKS
+from kbert.tasks import TASKS, TextExample
 from tests.model_harness import tiny_inputs
 from tests.task_harness import load_tool
 from tests.task_harness import task_instance, write_task_folder
@@ -36,7 +36,7 @@ SEQUENCE_LENGTH = 16
 
 def make_model_folder(path, config=TINY, sequence_length=SEQUENCE_LENGTH, seed=0, dtype=None):
     """A model folder as `kbert finetune` writes it: tiny random classifier, MiniLM vocab."""
-    labels = sorted({e["target"] for e in TASKS["text-classification"].read(DEV_CSV)})
+    labels = sorted({e.target for e in TASKS["text-classification"].read(DEV_CSV)})
     return write_task_folder(
         path, "text-classification", {"labels": labels}, config, sequence_length, seed, dtype
     )
@@ -110,7 +110,7 @@ def test_latency_and_agreement():
     logits = {"logits": np.array([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0]])}
     agreement = serving_for(task).agreement(logits, logits)
     assert agreement == {"max_abs_diff": 0.0, "top1_agreement": 1.0}
-    examples = [{"texts": ("a",), "target": "c0", "line": 2}, {"texts": ("b",), "target": "c2", "line": 3}]
+    examples = [TextExample(("a",), "c0", 2), TextExample(("b",), "c2", 3)]
     assert task.evaluate(examples, task.decode(examples, None, logits))["accuracy"] == 0.5
 
 

@@ -42,7 +42,7 @@ def vocabulary():
 def tiny_folder(tmp_path_factory, vocabulary):
     """A model folder as `kbert finetune` writes it, with an untrained tiny model."""
     classifier = TASKS["text-classification"]
-    labels = sorted({e["target"] for e in classifier.read(DEV_CSV)})
+    labels = sorted({e.target for e in classifier.read(DEV_CSV)})
     task = classifier(WordPieceTokenizer(vocabulary), SEQ_LEN, labels=labels)
     config = BertConfig(vocab_size=len(vocabulary), **TINY)
     keras.utils.set_random_seed(0)

@@ -32,7 +32,7 @@ from tokenizers import BertWordPieceTokenizer
 from kbert import BertConfig
 from kbert.cli import main
 from kbert.export.serving import serving_for
-from kbert.tasks import squad, squad_eval, squad_text
+from kbert.tasks import QuestionExample, squad, squad_eval, squad_text
 from kbert.tasks.squad_oracle import oracle_outputs
 from kbert.training.batching import eval_dataset, train_dataset
 from tests.task_harness import load_tool, task_instance, write_task_folder
@@ -114,8 +114,8 @@ def reference_features(examples, hf, max_seq_length, doc_stride, max_query_lengt
         return pieces[text]
 
     for example_index, example in enumerate(examples):
-        doc_tokens, char_to_word, attached = reference_words(example["context"])
-        query_tokens = hf.encode(example["question"], add_special_tokens=False).tokens[:max_query_length]
+        doc_tokens, char_to_word, attached = reference_words(example.context)
+        query_tokens = hf.encode(example.question, add_special_tokens=False).tokens[:max_query_length]
         tok_to_orig_index, orig_to_tok_index, all_doc_tokens = [], [], []
         for i, token in enumerate(doc_tokens):
             orig_to_tok_index.append(len(all_doc_tokens))
@@ -123,10 +123,10 @@ def reference_features(examples, hf, max_seq_length, doc_stride, max_query_lengt
                 tok_to_orig_index.append(i)
                 all_doc_tokens.append(sub_token)
         skip = False
-        if is_training and not example["answers"]:
+        if is_training and not example.answers:
             tok_start_position = tok_end_position = -1
         elif is_training:
-            answer = example["answers"][0]
+            answer = example.answers[0]
             start_position = char_to_word[answer["answer_start"]]
             end_position = char_to_word[answer["answer_start"] + len(answer["text"]) - 1]
             actual_text = "".join(
@@ -265,7 +265,7 @@ def test_features_are_run_squads(which, settings, hf, cmrc_path):
         offset = len(question.query) + 2
         assert {offset + i: bool(m) for i, m in enumerate(masks[w])} == feature["token_is_max_context"]
         assert question.skipped == feature["skip"]
-    skipped = {examples[q]["id"] for q, question in enumerate(questions) if question.skipped}
+    skipped = {examples[q].id for q, question in enumerate(questions) if question.skipped}
     # Answers with U+00A0 or U+3000 inside, which run_squad.py's split() reads as spaces.
     assert skipped == ({"TRIAL_624_QUERY_2", "TRIAL_606_QUERY_0"} if which == "cmrc" else set())
 
@@ -345,7 +345,7 @@ def test_answers_are_write_predictions(hf):
         start = context.piece_starts[feature["token_to_piece"][best[1]]]
         end = context.piece_ends[feature["token_to_piece"][best[2]]]
         assert (prediction["best"]["start"], prediction["best"]["end"]) == (start, end)
-        assert prediction["best"]["text"] == example["context"][start:end]
+        assert prediction["best"]["text"] == example.context[start:end]
         assert prediction["null_score_diff"] == pytest.approx(diff, abs=1e-9)
 
 
@@ -357,7 +357,7 @@ def test_serving_graph_answers_as_kbert_predict(version_2, settings, cmrc_path):
     task = qa_task(version_2=version_2, **settings)
     examples = task.read(NORMANS if version_2 else cmrc_path)[::3]
     encoded = task.encode(examples, targets=False)
-    features = serving_for(task).features({name: tf.constant([e[name] for e in examples]) for name in task.text_inputs})
+    features = serving_for(task).features({name: tf.constant([getattr(e, name) for e in examples]) for name in task.text_inputs})
     for name in encoded.features:
         np.testing.assert_array_equal(features[name].numpy(), encoded.features[name])
     rng = np.random.default_rng(1)
@@ -387,9 +387,9 @@ def test_gold_spans_as_logits_answer_every_answerable_question(which, settings, 
     for example, prediction, status in zip(examples, predictions, statuses):
         text = task.answer(prediction)["text"]
         if status == "answerable":
-            assert text in [a["text"].strip() for a in example["answers"]], example["id"]
+            assert text in [a["text"].strip() for a in example.answers], example.id
         elif status == "unanswerable":
-            assert text == "", example["id"]
+            assert text == "", example.id
 
 
 # === Metrics: the official scripts' rules on hand-checked answers ===
@@ -431,7 +431,8 @@ def test_squad_v2_metrics_hand_checked():
 
 def test_threshold_is_tuned_on_dev_and_applied():
     task = qa_task()
-    examples = [{"answers": [{"text": "France"}], "is_impossible": False}, {"answers": [], "is_impossible": True}]
+    examples = [QuestionExample("q1", "Where?", "France.", [{"text": "France"}]),
+                QuestionExample("q2", "Who?", "France.", is_impossible=True)]
     predictions = [
         {"best": {"text": "France", "start": 0, "end": 6, "score": 5.0, "probability": 0.3},
          "null": {"score": 6.0, "probability": 0.7}, "null_score_diff": 1.0},
@@ -472,9 +473,9 @@ def test_cmrc_answer_start_off_by_one_is_refused():
 def test_question_too_long_for_the_sequence_is_refused():
     task = qa_task(sequence_length=16, max_query_length=64)
     examples = task.read(NORMANS)
-    lengths = [len(ids) for ids in squad_text.tokenize(task.tokenizer, [e["question"] for e in examples])]
+    lengths = [len(ids) for ids in squad_text.tokenize(task.tokenizer, [e.question for e in examples])]
     first = next(i for i, n in enumerate(lengths) if n >= 13)  # 16 - [CLS] - 2 [SEP]: no room left
-    with pytest.raises(ValueError, match=f"question {examples[first]['id']!r}: its {lengths[first]} pieces .* no room"):
+    with pytest.raises(ValueError, match=f"question {examples[first].id!r}: its {lengths[first]} pieces .* no room"):
         task.encode(examples)
 
 

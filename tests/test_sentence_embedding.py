@@ -228,11 +228,11 @@ def test_evaluate_on_stsb_is_scipy_on_the_cosines_of_kbert_embed(tiny, tmp_path)
     assert status == 0 and metrics["n"] == 40 and set(metrics) == {"pearson", "spearman", "n"}
     pairs = SentenceEmbedding.read(data)
     texts = tmp_path / "texts.json"
-    texts.write_text(json.dumps([text for pair in pairs for text in pair["texts"]]))
+    texts.write_text(json.dumps([text for pair in pairs for text in pair.texts]))
     assert run_cli(["embed", "--model", tiny, "--input", str(texts), "--output", str(tmp_path / "e.npy")])[0] == 0
     vectors = np.load(tmp_path / "e.npy").astype(np.float64)
     cosines = np.sum(vectors[0::2] * vectors[1::2], axis=1)
-    gold = [pair["target"] for pair in pairs]
+    gold = [pair.target for pair in pairs]
     # evaluate and embed batch the texts apart, and float32 kernels of other
     # batch shapes differ in the last bits (1.1e-6 on an AMX Xeon's oneDNN).
     assert metrics["spearman"] == pytest.approx(scipy.stats.spearmanr(gold, cosines)[0], abs=1e-5)

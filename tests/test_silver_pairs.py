@@ -76,25 +76,25 @@ def test_tool_writes_gold_then_silver_scored_by_the_fitted_line(tmp_path):
 
     task = get_task("text-pair-regression")
     rows = task.read(str(out), task.resolve_options(None))  # kbert reads what it wrote
-    assert [(*r["texts"], float(s)) for r, (*_, s) in zip(rows, GOLD)] == [
+    assert [(*r.texts, float(s)) for r, (*_, s) in zip(rows, GOLD)] == [
         (a, b, float(s)) for a, b, s in GOLD
     ]
     silver = rows[len(GOLD):]
     assert len(silver) == report["silver_pairs"] > 0
     gold_pairs = {frozenset(g[:2]) for g in GOLD}
-    assert not any(frozenset(r["texts"]) in gold_pairs for r in silver)
+    assert not any(frozenset(r.texts) in gold_pairs for r in silver)
 
     folder = ModelFolder.from_pretrained(str(checkpoint), "sentence-embedding")
     vectors = {}
     for r in silver:
-        for text, vector in zip(r["texts"], folder.embed(list(r["texts"]))):
+        for text, vector in zip(r.texts, folder.embed(list(r.texts))):
             vectors[text] = vector / np.linalg.norm(vector)
     line = report["line"]
     scores = [float(s) for *_, s in GOLD]
     for r in silver:
-        cosine = float(vectors[r["texts"][0]] @ vectors[r["texts"][1]])
+        cosine = float(vectors[r.texts[0]] @ vectors[r.texts[1]])
         expected = min(max(line["a"] * cosine + line["b"], min(scores)), max(scores))
-        assert abs(r["target"] - expected) < 2e-3  # the line is printed to 4 decimals
+        assert abs(r.target - expected) < 2e-3  # the line is printed to 4 decimals
 
 
 def test_an_existing_output_is_refused(tmp_path):

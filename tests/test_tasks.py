@@ -21,7 +21,7 @@ from kbert.config import ENCODER_INPUTS
 from kbert.export.graph import GRAPH_TOLERANCE, model_outputs
 from kbert.export.serving import serving_for
 from kbert.modelfolder import ModelFolder
-from kbert.tasks import TASKS
+from kbert.tasks import TASKS, TextExample
 from kbert.tasks.classification import classification_metrics
 from kbert.tasks.inference import batches_by_length
 from kbert.tasks.text_pair_regression import rank, regression_metrics
@@ -143,7 +143,7 @@ def test_pair_encoding_matches_hugging_face_on_real_pairs(mrpc_dev, sequence_len
     )
     reference.enable_truncation(max_length=sequence_length, strategy="longest_first")
     reference.enable_padding(length=sequence_length, pad_id=0)
-    expected = reference.encode_batch([e["texts"] for e in mrpc_dev])
+    expected = reference.encode_batch([e.texts for e in mrpc_dev])
     task = task_instance("text-pair-classification", {"labels": ["0", "1"]}, sequence_length)
     features = task.encode(mrpc_dev).features
     np.testing.assert_array_equal(features["token_ids"], [e.ids for e in expected])
@@ -161,7 +161,7 @@ def test_run_in_length_batches_gives_each_rows_own_output():
     task = task_instance("text-pair-regression", {}, 64)
     model = task.build_model(TINY)
     pairs = TASKS["text-pair-regression"].read(os.path.join(STSB, "dev.tsv"))[:150]
-    examples = [dict(e, target=float(row)) for row, e in enumerate(pairs)]  # names its row
+    examples = [dataclasses.replace(e, target=float(row)) for row, e in enumerate(pairs)]  # names its row
     encoded = task.encode(examples)
     full = model.predict(encoded.features, batch_size=64, verbose=0)
     outputs = task.run(model, encoded.features, batch_size=16)
@@ -198,7 +198,7 @@ def test_training_batches_are_padded_to_their_bucket(width):
     padded to their longest row."""
     task = task_instance("text-pair-regression", {}, 64)
     pairs = TASKS["text-pair-regression"].read(os.path.join(STSB, "dev.tsv"))[:150]
-    examples = [dict(e, target=float(row)) for row, e in enumerate(pairs)]  # names its row
+    examples = [dataclasses.replace(e, target=float(row)) for row, e in enumerate(pairs)]  # names its row
     lengths = task.encode(examples).features["padding_mask"].sum(axis=1)
     dataset, batches = train_dataset(task, examples, 16, seed=3, epochs=2, bucket_width=width)
     # Without tf.data's autotuning thread, which can stall `fit` as it frees
@@ -240,7 +240,7 @@ def test_pair_segments_are_each_text_packed_alone(sequence_length):
     )
     reference.enable_truncation(max_length=sequence_length, strategy="longest_first")
     reference.no_padding()
-    packed = reference.encode_batch([e["texts"] for e in pairs])
+    packed = reference.encode_batch([e.texts for e in pairs])
     task = task_instance("text-pair-regression", SETTINGS["text-pair-regression"], sequence_length)
     features = task.encode(pairs, targets=False).features
     rows = PairSegments()(features["token_ids"], features["segment_ids"], features["padding_mask"])
@@ -253,7 +253,7 @@ def test_pair_segments_are_each_text_packed_alone(sequence_length):
         ids = np.array(encoding.ids)
         texts = [list(ids[type_ids == 0]), [cls_id] + list(ids[type_ids == 1])]
         if not encoding.overflowing:
-            assert texts == [reference.encode(text).ids for text in pairs[row]["texts"]]
+            assert texts == [reference.encode(text).ids for text in pairs[row].texts]
         for half, expected in enumerate(texts):
             index = half * len(pairs) + row
             width = len(expected)
@@ -278,8 +278,7 @@ def test_cross_cosine_head_reads_each_text_as_sentence_transformers_does():
     # and padding beyond that changes nothing but the test's time.
     task = task_instance("text-pair-regression", {"head": "cross-cosine", "score_range": [0.0, 1.0]}, 64)
     model = task.build_model(load_hf_checkpoint("all-minilm-l6-v2").encoder)
-    examples = [{"texts": (sentences[i], sentences[j]), "target": None, "line": None}
-                for i, j in zip(first, second)]
+    examples = [TextExample((sentences[i], sentences[j])) for i, j in zip(first, second)]
     features = task.encode(examples, targets=False).features
     assert features["padding_mask"][:, -1].sum() == 0  # no pair truncated
     # The head's terms, from its own layers: the cosine, the cross score, and their sum.
@@ -321,11 +320,11 @@ def test_tflite_packing_equals_the_packer(mrpc_dev, name):
     task = task_instance(name, SETTINGS[name], 32)
     examples = mrpc_dev[:20]
     if task.text_inputs == ("text",):  # one text: the pair's two sentences, cut in the middle
-        examples = [{**example, "texts": (" ".join(example["texts"]),)} for example in examples]
+        examples = [dataclasses.replace(example, texts=(" ".join(example.texts),)) for example in examples]
     expected = task.encode(examples, targets=False).features
     assert (expected["padding_mask"][:, -1] == 1).sum() >= 10
     for row, example in enumerate(examples):
-        ids = [task.tokenizer(tf.constant(text)) for text in example["texts"]]
+        ids = [task.tokenizer(tf.constant(text)) for text in example.texts]
         packed = serving_for(task).tflite_text_features(ids)
         for name, value in packed.items():
             np.testing.assert_array_equal(value.numpy()[0], expected[name][row], err_msg=name)

@@ -6,6 +6,7 @@ out below) for windows; the LiteRT interpreter and MediaPipe's metadata for
 the exported files.
 """
 
+import dataclasses
 import json
 import os
 import random
@@ -17,7 +18,7 @@ import tensorflow as tf
 
 from kbert.cli import main
 from kbert.modelfolder import ModelFolder
-from kbert.tasks import TASKS
+from kbert.tasks import TASKS, WordsExample
 from kbert.tasks.tagging import chunks, entity_metrics, joined_tag, split_tags
 from kbert.tasks.inference import batches_by_length
 from kbert.tasks.token_classification import IGNORED, word_offsets
@@ -59,7 +60,7 @@ def hugging_face(lowercase):
 def test_words_and_offsets_match_tokenizers(dev, lowercase):
     """Every dev sentence (words joined by spaces) and harder texts: the ids, and each
     word's character span, are those of Hugging Face's tokenizer."""
-    texts = [" ".join(e["words"]) for e in dev] + HARD_TEXTS
+    texts = [" ".join(e.words) for e in dev] + HARD_TEXTS
     task = task_instance(NAME, SETTINGS, lowercase=lowercase)
     word_ids, starts, ends = task.tokenizer.words_with_offsets(texts)
     splits = starts.row_splits.numpy()
@@ -79,15 +80,15 @@ def test_raw_text_entities_have_exact_offsets(dev):
     """Each dev sentence as raw text: gold tags on its words give back every gold
     entity, with `text[start:end]` its words joined; accents and CJK too."""
     task = task_instance(NAME, SETTINGS, sequence_length=64)
-    texts = [" ".join(e["words"]) for e in dev]
+    texts = [" ".join(e.words) for e in dev]
     examples = task.examples_from_texts(texts)
     predictions = []
     for raw, gold in zip(examples, dev):
         # Raw words are CoNLL's or pieces of them ("1996-08-22"): tag the first as
         # the CoNLL word, the others as its continuation.
-        conll_starts = dict(zip(word_offsets(gold)[1], gold["tags"]))
+        conll_starts = dict(zip(word_offsets(gold)[1], gold.tags))
         tags, inside = [], "O"
-        for start in raw["starts"]:
+        for start in raw.starts:
             if start in conll_starts:
                 tags.append(conll_starts[start])
                 inside = "O" if tags[-1] == "O" else "I-" + tags[-1][2:]
@@ -96,12 +97,12 @@ def test_raw_text_entities_have_exact_offsets(dev):
         predictions.append({"tags": tags, "scores": [1.0] * len(tags)})
     rows = task.predict_json(examples, predictions)
     for row, gold in zip(rows, dev):
-        expected = [(kind, " ".join(gold["words"][a:b])) for kind, a, b in chunks(gold["tags"])]
+        expected = [(kind, " ".join(gold.words[a:b])) for kind, a, b in chunks(gold.tags)]
         assert [(e["type"], e["text"]) for e in row["entities"]] == expected
         assert all(row["text"][e["start"] : e["end"]] == e["text"] for e in row["entities"])
     text = "Zoë Saldaña flew from 東京 to São Paulo."
     (example,) = task.examples_from_texts([text])
-    assert example["words"] == ["Zoë", "Saldaña", "flew", "from", "東", "京", "to", "São", "Paulo", "."]
+    assert example.words == ["Zoë", "Saldaña", "flew", "from", "東", "京", "to", "São", "Paulo", "."]
     tags = ["B-PER", "I-PER", "O", "O", "B-LOC", "I-LOC", "O", "B-LOC", "I-LOC", "O"]
     (row,) = task.predict_json([example], [{"tags": tags, "scores": [0.5] * 10}])
     assert [(e["type"], e["start"], e["end"], e["text"]) for e in row["entities"]] == [
@@ -141,11 +142,11 @@ def test_windows_follow_bert_max_context(dev, sequence_length):
     examples = dev[:300]
     encoded = task.encode(examples)
     extra = encoded.extra
-    words = [w for e in examples for w in e["words"]]
+    words = [w for e in examples for w in e.words]
     piece_counts = np.maximum(task.tokenizer(tf.constant(words)).row_lengths().numpy(), 1).tolist()
     word = row = 0
     for index, example in enumerate(examples):
-        counts = piece_counts[word : word + len(example["words"])]
+        counts = piece_counts[word : word + len(example.words)]
         spans, best = max_context_windows(sum(counts), sequence_length - 2, task.stride)
         assert list(encoded.example_of_row[row : row + len(spans)]) == [index] * len(spans)
         first_pieces = np.cumsum([0] + counts[:-1])
@@ -160,7 +161,7 @@ def test_windows_follow_bert_max_context(dev, sequence_length):
     assert (targets != -1).sum() == word  # each word a target once
     logits = np.where(np.arange(len(TAGS)) == targets[..., None], 10.0, 0.0)
     predictions = task.decode(examples, encoded, {"logits": logits})
-    assert entity_metrics([e["tags"] for e in examples], [p["tags"] for p in predictions])["f1"] == 1.0
+    assert entity_metrics([e.tags for e in examples], [p["tags"] for p in predictions])["f1"] == 1.0
 
 
 def test_batches_by_length_give_the_full_length_logits(dev):
@@ -210,7 +211,7 @@ def test_entity_metric_equals_seqeval(dev, scheme):
     from seqeval.metrics.sequence_labeling import get_entities
 
     rng = random.Random(scheme)
-    gold = [to_scheme(e["tags"], scheme) for e in dev]
+    gold = [to_scheme(e.tags, scheme) for e in dev]
     kinds = ["LOC", "MISC", "ORG", "PER"]
     vocabulary = ["O"] + [f"{p}-{k}" for p in "BIES" for k in kinds]
     predicted = [[rng.choice(vocabulary) if rng.random() < 0.1 else t for t in tags] for tags in gold]
@@ -234,7 +235,7 @@ def test_entity_metric_equals_seqeval(dev, scheme):
 def test_scheme_detection(dev):
     task_class = TASKS[NAME]
     for scheme in ("IOB2", "IOB1", "BIOES"):
-        examples = [{**e, "tags": to_scheme(e["tags"], scheme)} for e in dev[:500]]
+        examples = [dataclasses.replace(e, tags=to_scheme(e.tags, scheme)) for e in dev[:500]]
         assert task_class.learn(examples, "dev")["scheme"] == scheme
 
 
@@ -291,7 +292,7 @@ def test_word_split_trains_the_words_of_raw_text(scheme):
     tags = SPLIT_TAGS if scheme == "IOB2" else [
         "S-LOC", "O", "O", "S-ORG", "O", "B-ORG", "E-ORG", "O", "O", "O"
     ]
-    example = {"words": SPLIT_WORDS, "tags": tags, "lines": list(range(1, 11)), "line": 1}
+    example = WordsExample(SPLIT_WORDS, tags, list(range(1, 11)), 1)
     task, whole = split_task(scheme), split_task(scheme, "none")
     encoded, former = task.encode([example]), whole.encode([example])
     for name in ("token_ids", "segment_ids", "padding_mask"):
@@ -318,7 +319,7 @@ def test_word_split_trains_the_words_of_raw_text(scheme):
 def test_word_split_keeps_evaluation_on_conll_words(dev, scheme):
     """On dev (windows at length 32): "raw" reads each CoNLL word where "none" does, so the
     same logits give the same tags (IOB2) and gold part tags give F1 1 (IOB2 and BIOES)."""
-    examples = [{**e, "tags": to_scheme(e["tags"], scheme)} for e in dev[:300]]
+    examples = [dataclasses.replace(e, tags=to_scheme(e.tags, scheme)) for e in dev[:300]]
     task, whole = split_task(scheme), split_task(scheme, "none")
     encoded, former = task.encode(examples), whole.encode(examples)
     for name in ("token_ids", "padding_mask"):
@@ -331,7 +332,7 @@ def test_word_split_keeps_evaluation_on_conll_words(dev, scheme):
         logits = {"logits": np.random.default_rng(0).normal(size=shape)}
         assert task.decode(examples, encoded, logits) == whole.decode(examples, former, logits)
     predictions = task.decode(examples, encoded, one_hot(encoded, task))
-    gold = [e["tags"] for e in examples]
+    gold = [e.tags for e in examples]
     assert [p["tags"] for p in predictions] == gold
     assert entity_metrics(gold, [p["tags"] for p in predictions])["f1"] == 1.0
 
@@ -339,8 +340,7 @@ def test_word_split_keeps_evaluation_on_conll_words(dev, scheme):
 def test_word_split_of_words_without_pieces():
     """A token of control characters only (U+200B) stays one [UNK] word; one with a piece
     after it, or a space inside (JSON Lines), is split around them; the ids do not change."""
-    example = {"words": ["\u200b", "U.S.", "\u200b-x", "New York"], "tags": ["O", "B-LOC", "B-PER", "B-LOC"],
-               "lines": [1] * 4, "line": 1}
+    example = WordsExample(["\u200b", "U.S.", "\u200b-x", "New York"], ["O", "B-LOC", "B-PER", "B-LOC"], [1] * 4, 1)
     task, whole = split_task("IOB2"), split_task("IOB2", "none")
     encoded, former = task.encode([example]), whole.encode([example])
     np.testing.assert_array_equal(encoded.features["token_ids"], former.features["token_ids"])
@@ -418,9 +418,9 @@ def trained(tmp_path_factory):
     sentences = open(os.path.join(CONLL, "train.txt"), encoding="utf-8").read().split("\n\n")
     (folder / "train.txt").write_text("\n\n".join(sentences[:160]) + "\n", encoding="utf-8")
     # The dev file as JSON Lines, with its longest sentences.
-    dev_sentences = sorted(TASKS[NAME].read(os.path.join(CONLL, "dev.txt")), key=lambda e: -len(e["words"]))[:40]
+    dev_sentences = sorted(TASKS[NAME].read(os.path.join(CONLL, "dev.txt")), key=lambda e: -len(e.words))[:40]
     (folder / "dev.jsonl").write_text(
-        "".join(json.dumps({"tokens": e["words"], "tags": e["tags"]}) + "\n" for e in dev_sentences),
+        "".join(json.dumps({"tokens": e.words, "tags": e.tags}) + "\n" for e in dev_sentences),
         encoding="utf-8",
     )
     vocab = os.path.join(resolve_checkpoint("all-minilm-l6-v2"), "vocab.txt")
@@ -501,11 +501,11 @@ def test_export_savedmodel_onnx_and_packed_tflite(tmp_path):
     signature = savedmodel.load_savedmodel(os.path.join(out, "1")).signatures["serving_default"]
     served = signature(text=tf.constant(texts))
     for i, (example, row) in enumerate(zip(examples, expected)):
-        count = len(example["words"])
-        assert served["starts"][i, :count].numpy().tolist() == example["starts"]
-        assert served["ends"][i, :count].numpy().tolist() == example["ends"]
+        count = len(example.words)
+        assert served["starts"][i, :count].numpy().tolist() == example.starts
+        assert served["ends"][i, :count].numpy().tolist() == example.ends
         tags = [t.decode() for t in served["tags"][i, :count].numpy()]
-        entities = [(kind, example["starts"][a], example["ends"][b - 1]) for kind, a, b in chunks(tags)]
+        entities = [(kind, example.starts[a], example.ends[b - 1]) for kind, a, b in chunks(tags)]
         assert entities == [(e["type"], e["start"], e["end"]) for e in row["entities"]]
 
     path = os.path.join(out, "mediapipe", "token_classifier.tflite")

@@ -95,8 +95,8 @@ def export_bert_question_answerer(folder, out, examples, reference, cache_dir=No
         "answer_task_library",
         {
             "model": os.path.abspath(path),
-            "questions": [e["question"] for e in examples],
-            "contexts": [e["context"] for e in examples],
+            "questions": [e.question for e in examples],
+            "contexts": [e.context for e in examples],
         },
         cache_dir,
     )
@@ -209,7 +209,7 @@ def emulate_answers(start_logits, end_logits, offset, length):
 def emulation_agreement(examples, answers, emulated):
     """How the runtime's best answers agree with its rules applied to the Keras logits,
     on the questions whose question and context are ASCII (where its inputs are kbert's)."""
-    ascii_only = [e["question"].isascii() and e["context"].isascii() for e in examples]
+    ascii_only = [e.question.isascii() and e.context.isascii() for e in examples]
     same, diffs = [], [0.0]
     for is_ascii, got, expected in zip(ascii_only, answers, emulated):
         if not is_ascii:

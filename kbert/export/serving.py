@@ -90,7 +90,7 @@ class EmbeddingServing(Serving):
 
     def strings(self, examples):
         """Every text of `examples`, one per row of `encode`."""
-        return {"text": [text for example in examples for text in example["texts"]]}
+        return {"text": [text for example in examples for text in example.texts]}
 
     def agreement(self, outputs, reference):
         vectors, expected = (np.asarray(o["embedding"], np.float64) for o in (outputs, reference))

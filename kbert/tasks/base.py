@@ -9,7 +9,7 @@ rests on `kbert.models` and `kbert.text` only.
 
 The life of a task instance:
 
-    examples = Task.read(path, options)            # list of dicts, each with "line"
+    examples = Task.read(path, options)            # records (`TextExample`...), each with its `line`
     learned = Task.learn(examples, path)           # what training data teaches (labels)
     task = Task(tokenizer, sequence_length, **learned, **options)   # its `Config`
     encoded = task.encode(examples)                # `Encoded`: features, targets, rows -> examples
@@ -103,7 +103,8 @@ class Task(ConfigFields):
 
     @classmethod
     def read(cls, path, options=None, targets=True):
-        """Reads a data file; `targets=False` for files without labels (predict)."""
+        """Reads a data file into a list of examples, records such as `TextExample`
+        (`kbert.tasks.records`); `targets=False` for files without labels (predict)."""
         raise NotImplementedError
 
     @classmethod

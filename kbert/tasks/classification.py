@@ -35,7 +35,7 @@ class ClassificationTask(TextTask):
 
     @classmethod
     def learn(cls, examples, source):
-        labels = sorted({example["target"] for example in examples})
+        labels = sorted({example.target for example in examples})
         if len(labels) < 2:
             raise ValueError(f"{source} has {len(labels)} distinct label(s) {labels}; need at least 2")
         return {"labels": labels}
@@ -46,15 +46,15 @@ class ClassificationTask(TextTask):
     def targets(self, examples, source="data"):
         """int32 class ids of `examples`' labels; `ValueError` naming unknown ones."""
         index = {name: i for i, name in enumerate(self.labels)}
-        unknown = [e for e in examples if e["target"] not in index]
+        unknown = [e for e in examples if e.target not in index]
         if unknown:
             first = unknown[0]
-            names = sorted({e["target"] for e in unknown})
+            names = sorted({e.target for e in unknown})
             raise ValueError(
-                f"{source}, line {first['line']}: label {first['target']!r} is not one the model "
+                f"{source}, line {first.line}: label {first.target!r} is not one the model "
                 f"knows ({len(names)} unknown: {names[:5]}); expected one of {self.labels}"
             )
-        return np.array([index[e["target"]] for e in examples], dtype="int32")
+        return np.array([index[e.target] for e in examples], dtype="int32")
 
     # === Inference ===
 

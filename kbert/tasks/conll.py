@@ -1,6 +1,6 @@
 """Token-classification data files: CoNLL columns and JSON Lines, read into sentences.
 
-Each sentence is `{"words": [...], "tags": [...] or None, "lines": [...], "line": int}`,
+Each sentence is a `WordsExample` (`words`, `tags` or None, `lines`, `line`),
 with the file line of every word, so that errors name them.
 """
 
@@ -8,6 +8,7 @@ import json
 import re
 
 from kbert.tabular import read_text
+from kbert.tasks.records import WordsExample
 
 # CoNLL-2003's document separator line.
 DOCSTART = "-DOCSTART-"
@@ -25,10 +26,10 @@ def read_conll(path, targets):
 
     def close():
         if words:
-            examples.append({
-                "words": list(words), "tags": list(tags) if targets else None,
-                "lines": list(lines), "line": lines[0],
-            })
+            examples.append(WordsExample(
+                words=list(words), tags=list(tags) if targets else None,
+                lines=list(lines), line=lines[0],
+            ))
             words.clear(), tags.clear(), lines.clear()
 
     for number, line in enumerate(read_text(path).splitlines(), 1):
@@ -108,5 +109,5 @@ def read_jsonl(path, targets):
                 f"{path}, line {number}: {len(words)} tokens need as many string tags; "
                 f"got {json.dumps(tags)[:80]}"
             )
-        examples.append({"words": words, "tags": tags, "lines": [number] * len(words), "line": number})
+        examples.append(WordsExample(words=words, tags=tags, lines=[number] * len(words), line=number))
     return examples

@@ -39,7 +39,7 @@ from kbert.recipes import Recipe
 from kbert.tasks import squad, squad_eval
 from kbert.tasks.base import Task
 from kbert.tasks.squad_features import pack_row, prepare, question_rows, train_figures
-from kbert.tasks.records import Encoded, Rows
+from kbert.tasks.records import Encoded, QuestionExample, Rows
 from kbert.tasks.objectives import Spans
 from kbert.tasks.task_config import TaskConfig, learned, option
 
@@ -110,16 +110,15 @@ class QuestionAnswering(Task):
 
     @classmethod
     def learn(cls, examples, source):
-        if not any(example["answers"] for example in examples):
+        if not any(example.answers for example in examples):
             raise ValueError(f"{source} has no answerable question; nothing to learn")
-        return {"version_2_with_negative": any(example["is_impossible"] for example in examples)}
+        return {"version_2_with_negative": any(example.is_impossible for example in examples)}
 
     def examples_from_texts(self, texts):
         if len(texts) % 2:
             raise ValueError(f"task {self.name!r} takes texts in pairs (question, context); got {len(texts)}")
         return [
-            {"id": f"text-{i // 2 + 1}", "question": texts[i], "context": texts[i + 1], "answers": [],
-             "is_impossible": False, "line": None}
+            QuestionExample(id=f"text-{i // 2 + 1}", question=texts[i], context=texts[i + 1])
             for i in range(0, len(texts), 2)
         ]
 
@@ -256,9 +255,9 @@ class QuestionAnswering(Task):
         return best or {"text": "", "start": None, "end": None, "score": None, "probability": None}
 
     def evaluate(self, examples, predictions):
-        golds = [[a["text"] for a in e["answers"]] for e in examples]
+        golds = [[a["text"] for a in e.answers] for e in examples]
         texts = [self.answer(p)["text"] for p in predictions]
-        if self.version_2_with_negative or any(e["is_impossible"] for e in examples):
+        if self.version_2_with_negative or any(e.is_impossible for e in examples):
             odds = [p.get("null_score_diff") for p in predictions]
             metrics = squad_eval.squad_v2_metrics(golds, texts, None if None in odds else odds)
             metrics["n"] = metrics.pop("total")
@@ -281,9 +280,9 @@ class QuestionAnswering(Task):
             return tuned
         odds = [p["null_score_diff"] for p in predictions]
         texts = [p["best"]["text"] if p["best"] else "" for p in predictions]
-        has_answer = [bool(e["answers"]) for e in examples]
+        has_answer = [bool(e.answers) for e in examples]
         f1 = [
-            max(squad_eval.f1_v2(a, text) for a in ([a["text"] for a in e["answers"] if squad_eval.normalize_answer(a["text"])] or [""]))
+            max(squad_eval.f1_v2(a, text) for a in ([a["text"] for a in e.answers if squad_eval.normalize_answer(a["text"])] or [""]))
             for e, text in zip(examples, texts)
         ]
         best, threshold = squad_eval.find_best_threshold(texts, f1, odds, has_answer)
@@ -297,8 +296,8 @@ class QuestionAnswering(Task):
         for example, prediction in zip(examples, predictions):
             answer = self.answer(prediction)
             row = {
-                "id": example["id"],
-                "question": example["question"],
+                "id": example.id,
+                "question": example.question,
                 "answer": answer["text"] or None,
                 "start": answer["start"],
                 "end": answer["end"],
@@ -311,7 +310,7 @@ class QuestionAnswering(Task):
         return rows
 
     def serving_request(self, example):
-        return {"question": example["question"], "context": example["context"]}
+        return {"question": example.question, "context": example.context}
 
 def _float(value):
     return None if value is None or not np.isfinite(value) else float(value)

@@ -30,6 +30,7 @@ import numpy as np
 from kbert.config import POOLINGS
 from kbert.tasks.base import METRIC_BUDGETS
 from kbert.tasks.objectives import Embedding
+from kbert.tasks.records import TextExample
 from kbert.tasks.task_config import BOOLEANS, option
 from kbert.tasks.inference import run_by_length
 from kbert.tasks.text_task import TextTask
@@ -136,25 +137,25 @@ class SentenceEmbedding(TextTask):
         return length
 
     def check(self, examples, source):
-        single = next((e for e in examples if len(e["texts"]) != 2 or e["target"] is None), None)
+        single = next((e for e in examples if len(e.texts) != 2 or e.target is None), None)
         if single is not None:
             raise ValueError(
                 f"{source}: the sentence-embedding figures need pairs with a score; "
-                f"line {single['line']} has {len(single['texts'])} text(s)"
+                f"line {single.line} has {len(single.texts)} text(s)"
             )
 
     # === Preprocessing ===
 
     def encode(self, examples, targets=True):
         """One row per text: a pair's texts are embedded apart, in order."""
-        widths = np.array([len(example["texts"]) for example in examples], np.int64)
-        rows = [{"texts": (text,)} for example in examples for text in example["texts"]]
+        widths = np.array([len(example.texts) for example in examples], np.int64)
+        rows = [TextExample(texts=(text,)) for example in examples for text in example.texts]
         encoded = super().encode(rows, targets=False)
         encoded.example_of_row = np.repeat(np.arange(len(examples)), widths)
         return encoded
 
     def targets(self, examples):
-        return np.array([e["target"] for e in examples], np.float32)
+        return np.array([e.target for e in examples], np.float32)
 
     # === Inference ===
 
@@ -174,7 +175,7 @@ class SentenceEmbedding(TextTask):
 
     def evaluate(self, examples, predictions):
         self.check(examples, "data")
-        gold = np.array([e["target"] for e in examples], np.float64)
+        gold = np.array([e.target for e in examples], np.float64)
         metrics = regression_metrics(gold, pair_cosines(predictions))
         return {key: metrics[key] for key in ("pearson", "spearman", "n")}
 
@@ -182,10 +183,10 @@ class SentenceEmbedding(TextTask):
         rows = []
         for example, vectors in zip(examples, predictions):
             if len(vectors) == 2:
-                a, b = example["texts"]
+                a, b = example.texts
                 rows.append({"sentence1": a, "sentence2": b, "score": float(pair_cosines([vectors])[0])})
             else:
-                rows.append({"text": example["texts"][0], "embedding": [float(v) for v in vectors[0]]})
+                rows.append({"text": example.texts[0], "embedding": [float(v) for v in vectors[0]]})
         return rows
 
     def embeddings(self, predictions):

@@ -26,6 +26,7 @@ import numpy as np
 
 from kbert.fileio import read_json
 from kbert.tasks import inference
+from kbert.tasks.records import QuestionExample
 from kbert.tasks.squad_text import WORD_SEPARATORS, character_classes
 
 # A served answer's offsets when there is none.
@@ -52,8 +53,8 @@ def read_squad_json(path, targets=True):
         targets: bool. Require answers (not needed to predict).
 
     Returns:
-        list of dicts `id`, `question`, `context`, `answers` (list of
-        `{"text", "answer_start"}`), `is_impossible` (bool), `line` (None).
+        list of `QuestionExample`s: `id`, `question`, `context`, `answers`
+        (list of `{"text", "answer_start"}`), `is_impossible` (bool), `line` (None).
 
     Raises:
         ValueError: one line naming the file and the question id (or the
@@ -138,14 +139,14 @@ def parse_example(where, qa, context, targets, line):
         raise ValueError(f"{where} is marked is_impossible but has {len(answers)} answers")
     if targets and not impossible and not answers:
         raise ValueError(f'{where} has no answers; expected "answers", or "is_impossible": true (SQuAD v2.0)')
-    return {
-        "id": qid,
-        "question": question,
-        "context": context,
-        "answers": [{"text": a["text"], "answer_start": a["answer_start"]} for a in answers],
-        "is_impossible": impossible,
-        "line": line,
-    }
+    return QuestionExample(
+        id=qid,
+        question=question,
+        context=context,
+        answers=[{"text": a["text"], "answer_start": a["answer_start"]} for a in answers],
+        is_impossible=impossible,
+        line=line,
+    )
 
 
 def checked_examples(path, examples, targets):
@@ -154,9 +155,9 @@ def checked_examples(path, examples, targets):
         raise ValueError(f"{path} holds no questions")
     seen = set()
     for example in examples:
-        if example["id"] in seen:
-            raise ValueError(f"{path}: question id {example['id']!r} appears twice; ids key the answers")
-        seen.add(example["id"])
+        if example.id in seen:
+            raise ValueError(f"{path}: question id {example.id!r} appears twice; ids key the answers")
+        seen.add(example.id)
     return examples
 
 

@@ -68,16 +68,16 @@ def prepare(task, examples, targets=True):
     questions = []
     for chunk_start in range(0, len(examples), ENCODE_CHUNK):
         chunk = examples[chunk_start : chunk_start + ENCODE_CHUNK]
-        new = sorted({e["context"] for e in chunk} - contexts.keys())
+        new = sorted({e.context for e in chunk} - contexts.keys())
         contexts.update(zip(new, squad_text.tokenize_contexts(task.tokenizer, new)))
-        queries = squad_text.tokenize(task.tokenizer, [e["question"] for e in chunk])
-        answerable = [e for e in chunk if targets and e["answers"]]
+        queries = squad_text.tokenize(task.tokenizer, [e.question for e in chunk])
+        answerable = [e for e in chunk if targets and e.answers]
         answer_ids = dict(zip(
             [id(e) for e in answerable],
-            squad_text.tokenize(task.tokenizer, [e["answers"][0]["text"] for e in answerable]),
+            squad_text.tokenize(task.tokenizer, [e.answers[0]["text"] for e in answerable]),
         ))
         for example, query in zip(chunk, queries):
-            questions.append(_question(task, example, query, contexts[example["context"]], targets, answer_ids))
+            questions.append(_question(task, example, query, contexts[example.context], targets, answer_ids))
     return questions
 
 
@@ -86,22 +86,22 @@ def _question(task, example, query, context, targets, answer_ids):
     room = task.sequence_length - len(query) - 3  # [CLS] question [SEP] context [SEP]
     if room < 1:
         raise ValueError(
-            f"question {example['id']!r}: its {len(query)} pieces (--max-query-length "
+            f"question {example.id!r}: its {len(query)} pieces (--max-query-length "
             f"{task.max_query_length}) with [CLS] and two [SEP] leave no room for the context "
             f"in --seq-len {task.sequence_length}"
         )
     if not len(context):
-        raise ValueError(f"question {example['id']!r}: the context has no WordPiece")
+        raise ValueError(f"question {example.id!r}: the context has no WordPiece")
     span = None
-    if targets and example["answers"]:
+    if targets and example.answers:
         # run_squad.py trains on the first answer.
-        span = squad.answer_token_span(context, example["answers"][0], answer_ids[id(example)])
+        span = squad.answer_token_span(context, example.answers[0], answer_ids[id(example)])
     return Question(
         query=np.asarray(query, np.int32),
         context=context,
         windows=squad.doc_windows(len(context), room, task.doc_stride),
-        target=None if not targets else (-1, -1) if not example["answers"] else span,
-        answer=example["answers"][0]["text"] if targets and example["answers"] else None,
+        target=None if not targets else (-1, -1) if not example.answers else span,
+        answer=example.answers[0]["text"] if targets and example.answers else None,
     )
 
 

@@ -39,10 +39,10 @@ def oracle_outputs(task, examples, encoded, peak=10.0):
         `outputs`, list of str: each question's `ORACLE_STATUSES` entry).
     """
     questions = encoded.extra["questions"]
-    answer_ids = iter(squad_text.tokenize(task.tokenizer, [a["text"] for e in examples for a in e["answers"]]))
+    answer_ids = iter(squad_text.tokenize(task.tokenizer, [a["text"] for e in examples for a in e.answers]))
     spans, statuses = [], []
     for example, question in zip(examples, questions):
-        found = [(_oracle_status(task, question, answer, next(answer_ids)), answer) for answer in example["answers"]]
+        found = [(_oracle_status(task, question, answer, next(answer_ids)), answer) for answer in example.answers]
         usable = [span for (status, span), _ in found if status == "answerable"]
         statuses.append("unanswerable" if not found else "answerable" if usable else found[0][0][0])
         spans.append(usable[0] if usable else None)

@@ -84,22 +84,22 @@ def scheme_error(tags, scheme):
 def check_scheme(examples, scheme, path):
     """Every tag fits `scheme` (detected from the file if AUTO); `ValueError` naming the line."""
     for example in examples:
-        for tag, line in zip(example["tags"], example["lines"]):
+        for tag, line in zip(example.tags, example.lines):
             if tag != OUTSIDE and tag_parts(tag)[0] not in PREFIXES["BIOES"]:
                 raise ValueError(
                     f"{path}, line {line}: tag {tag!r} fits no supported scheme; expected O or "
                     f"B-/I-/E-/S-TYPE ({', '.join(SCHEMES)})"
                 )
     if scheme == AUTO:
-        scheme = detect_scheme(example["tags"] for example in examples)
+        scheme = detect_scheme(example.tags for example in examples)
         detected = " (detected)"
     else:
         detected = ""
     for example in examples:
-        error = scheme_error(example["tags"], scheme)
+        error = scheme_error(example.tags, scheme)
         if error:
             index, reason = error
-            raise ValueError(f"{path}, line {example['lines'][index]}: {reason}; scheme {scheme}{detected}")
+            raise ValueError(f"{path}, line {example.lines[index]}: {reason}; scheme {scheme}{detected}")
     return scheme
 
 

@@ -56,7 +56,7 @@ def check_outliers(examples, source, warn=None):
     A refusal names every score beyond `WARNED_BEYOND`, so one fix clears them all.
 
     Args:
-        examples: list of examples with "target" and "line".
+        examples: list of `TextExample`s with their `target` and `line`.
         source: str. The file, for messages.
         warn: callable taking one str (default: a line on stderr).
 
@@ -66,13 +66,13 @@ def check_outliers(examples, source, warn=None):
     """
     if len(examples) < JUDGED_FROM:
         return
-    scores = np.array([example["target"] for example in examples], np.float64)
+    scores = np.array([example.target for example in examples], np.float64)
     low, high = np.percentile(scores, MIDDLE_PERCENTILES)
     width = max(high - low, np.finfo(np.float32).eps)
 
     def beyond(factor):
         far = (scores < low - factor * width) | (scores > high + factor * width)
-        return [f"line {examples[i]['line']} ({scores[i]:g})" for i in np.flatnonzero(far)]
+        return [f"line {examples[i].line} ({scores[i]:g})" for i in np.flatnonzero(far)]
 
     def named(lines):
         return ", ".join(lines[:NAMED_LINES]) + (f" and {len(lines) - NAMED_LINES} more" if len(lines) > NAMED_LINES else "")
@@ -143,17 +143,17 @@ class TextPairRegression(TextTask):
 
     @classmethod
     def learn(cls, examples, source):
-        scores = {example["target"] for example in examples}
+        scores = {example.target for example in examples}
         if len(scores) < 2:
             raise ValueError(f"{source}: every score is {scores.pop()}; nothing to learn")
         check_outliers(examples, source)
         return {"score_range": [min(scores), max(scores)]}
 
     def targets(self, examples):
-        return np.array([[e["target"]] for e in examples], dtype="float32")
+        return np.array([[e.target] for e in examples], dtype="float32")
 
     def evaluate(self, examples, predictions):
-        gold = np.array([e["target"] for e in examples], np.float64)
+        gold = np.array([e.target for e in examples], np.float64)
         return regression_metrics(gold, np.asarray(predictions, np.float64))
 
     def predict_json(self, examples, predictions):

@@ -8,15 +8,15 @@ import numpy as np
 from kbert.config import ENCODER_INPUTS
 from kbert.tabular import read_table
 from kbert.tasks.base import ENCODE_CHUNK, Task
-from kbert.tasks.records import Encoded
+from kbert.tasks.records import Encoded, TextExample
 
 
 class TextTask(Task):
     """A task whose examples are one or two texts, packed as BERT's segments.
 
-    Examples are dicts `{"texts": (str,) or (str, str), "target": ..., "line": int}`
-    read from a CSV or TSV file: the texts from the columns the options
-    `text_options` name, the target from the column `target_option` names.
+    Examples are `TextExample`s, `texts` one or two str, read from a CSV or
+    TSV file: the texts from the columns the options `text_options` name, the
+    target from the column `target_option` names.
     """
 
     # Names of the options that give the text columns, and the target column.
@@ -35,11 +35,11 @@ class TextTask(Task):
         target = options[cls.target_option]
         rows = read_table(path, columns + ([target] if targets else []))
         return [
-            {
-                "texts": tuple(row[column] for column in columns),
-                "target": cls.parse_target(row[target], path, row.line) if targets else None,
-                "line": row.line,
-            }
+            TextExample(
+                texts=tuple(row[column] for column in columns),
+                target=cls.parse_target(row[target], path, row.line) if targets else None,
+                line=row.line,
+            )
             for row in rows
         ]
 
@@ -51,7 +51,7 @@ class TextTask(Task):
                 f"({', '.join(self.text_inputs)}); got {len(texts)}"
             )
         return [
-            {"texts": tuple(texts[i : i + width]), "target": None, "line": None}
+            TextExample(texts=tuple(texts[i : i + width]))
             for i in range(0, len(texts), width)
         ]
 
@@ -78,7 +78,7 @@ class TextTask(Task):
         if any(len(column) != rows for column in columns):
             raise ValueError(f"x's columns hold {[len(c) for c in columns]} texts; expected equal counts")
         targets = [None] * rows if y is None else _targets(y, rows, self.settings().get("labels"))
-        return [{"texts": tuple(column[i] for column in columns), "target": targets[i], "line": i + 1}
+        return [TextExample(texts=tuple(column[i] for column in columns), target=targets[i], line=i + 1)
                 for i in range(rows)]
 
     def targets(self, examples):
@@ -92,7 +92,7 @@ class TextTask(Task):
         for start in range(0, len(examples), ENCODE_CHUNK):
             batch = examples[start : start + ENCODE_CHUNK]
             segments = tuple(
-                tf.constant([example["texts"][i] for example in batch])
+                tf.constant([example.texts[i] for example in batch])
                 for i in range(len(self.text_inputs))
             )
             chunks.append(self.preprocessor(segments))
@@ -104,7 +104,7 @@ class TextTask(Task):
 
     def serving_request(self, example):
         """The inputs of `example` by name, as `serving_default` and `predict` take them."""
-        return dict(zip(self.text_inputs, example["texts"]))
+        return dict(zip(self.text_inputs, example.texts))
 
 
 def _strings(values, name):

@@ -40,7 +40,7 @@ import numpy as np
 from kbert.config import ENCODER_INPUTS
 from kbert.recipes import Recipe
 from kbert.tasks.base import ENCODE_CHUNK, Task
-from kbert.tasks.records import Encoded
+from kbert.tasks.records import Encoded, WordsExample
 from kbert.tasks.objectives import Tags
 from kbert.tasks.task_config import TaskConfig, learned, option
 from kbert.tasks.inference import batches_by_length, check_rows, run_full_length, softmax
@@ -128,8 +128,8 @@ class TokenClassification(Task):
         """Sentences of a CoNLL file or, for `.jsonl`, a JSON Lines file.
 
         Returns:
-            list of examples `{"words", "tags" (None without targets), "lines"
-            (each word's line), "line"}`.
+            list of `WordsExample`s: `words`, `tags` (None without targets),
+            `lines` (each word's line), `line`.
         """
         scheme = parse_scheme(cls.resolve_options(options)["tag_scheme"])
         reader = read_jsonl if path.lower().endswith(".jsonl") else read_conll
@@ -142,11 +142,11 @@ class TokenClassification(Task):
 
     @classmethod
     def learn(cls, examples, source):
-        names = {tag for example in examples for tag in example["tags"]}
+        names = {tag for example in examples for tag in example.tags}
         if names <= {OUTSIDE}:
             raise ValueError(f"{source} tags no entity (every tag is 'O'); nothing to learn")
         tags = [OUTSIDE] + sorted(names - {OUTSIDE}, key=lambda tag: tag_parts(tag)[::-1])
-        return {"tags": tags, "scheme": detect_scheme(example["tags"] for example in examples)}
+        return {"tags": tags, "scheme": detect_scheme(example.tags for example in examples)}
 
     def check(self, examples, source):
         self.tag_ids(examples, source)
@@ -155,7 +155,7 @@ class TokenClassification(Task):
         """int32 tag ids of every word of `examples`, concatenated; `ValueError` naming an unknown tag."""
         ids = []
         for example in examples:
-            for tag, line in zip(example["tags"], example["lines"]):
+            for tag, line in zip(example.tags, example.lines):
                 if tag not in self._tag_ids:
                     raise ValueError(
                         f"{source}, line {line}: tag {tag!r} was not in the training data; "
@@ -173,15 +173,12 @@ class TokenClassification(Task):
             first, last = (values[splits[number - 1] : splits[number]] for values in (starts, ends))
             if not first:
                 raise ValueError(f"text {number} ({text[:40]!r}) has no words; expected a sentence")
-            examples.append({
-                "text": text,
-                "words": [text[a:b] for a, b in zip(first, last)],
-                "starts": first,
-                "ends": last,
-                "tags": None,
-                "lines": None,
-                "line": None,
-            })
+            examples.append(WordsExample(
+                text=text,
+                words=[text[a:b] for a, b in zip(first, last)],
+                starts=first,
+                ends=last,
+            ))
         return examples
 
     def examples_from_inputs(self, x, y=None):
@@ -224,7 +221,7 @@ class TokenClassification(Task):
                 if error:
                     raise ValueError(f"y[{i}]: {error[1]}; the model's scheme is {self.scheme}")
                 tags = list(tags)
-            examples.append({"words": list(words), "tags": tags, "lines": [i + 1] * len(words), "line": i + 1})
+            examples.append(WordsExample(words=list(words), tags=tags, lines=[i + 1] * len(words), line=i + 1))
         return examples
 
     # === Preprocessing ===
@@ -266,7 +263,7 @@ class TokenClassification(Task):
             "word_end_row": part_row[last],
             "word_end_position": part_position[last],
             "word_parts": counts,
-            "word_splits": np.cumsum([0] + [len(example["words"]) for example in examples]),
+            "word_splits": np.cumsum([0] + [len(example.words) for example in examples]),
         }
         example_of_row = np.concatenate([part["example_of_row"] + b for part, b in zip(windowed, begins)])
         target = None
@@ -289,7 +286,7 @@ class TokenClassification(Task):
         word_ids = self.tag_ids(examples)
         ids = np.repeat(word_ids, counts)
         first = np.cumsum(counts) - counts
-        tags = [tag for example in examples for tag in example["tags"]]
+        tags = [tag for example in examples for tag in example.tags]
         for word in np.flatnonzero(counts > 1):
             split = [self._tag_ids.get(tag) for tag in split_tags(tags[word], int(counts[word]))]
             if None in split:
@@ -335,7 +332,7 @@ class TokenClassification(Task):
         ]
 
     def evaluate(self, examples, predictions):
-        gold = [example["tags"] for example in examples]
+        gold = [example.tags for example in examples]
         predicted = [prediction["tags"] for prediction in predictions]
         return {**entity_metrics(gold, predicted), "n": len(examples)}
 
@@ -354,8 +351,8 @@ class TokenClassification(Task):
                 for kind, first, last in chunks(prediction["tags"])
             ]
             row = {"text": text, "entities": entities}
-            if "starts" not in example:  # pre-split: the words and their tags too
-                row.update(tokens=example["words"], tags=prediction["tags"])
+            if example.starts is None:  # pre-split: the words and their tags too
+                row.update(tokens=example.words, tags=prediction["tags"])
             rows.append(row)
         return rows
 
@@ -366,11 +363,11 @@ class TokenClassification(Task):
 def word_offsets(example):
     """`(text, starts, ends)`: a raw example's text and word offsets, or a pre-split
     example's words joined by single spaces and their offsets in that text."""
-    if "starts" in example:
-        return example["text"], example["starts"], example["ends"]
+    if example.starts is not None:
+        return example.text, example.starts, example.ends
     starts, ends, position = [], [], 0
-    for word in example["words"]:
+    for word in example.words:
         starts.append(position)
         ends.append(position + len(word))
         position += len(word) + 1
-    return " ".join(example["words"]), starts, ends
+    return " ".join(example.words), starts, ends

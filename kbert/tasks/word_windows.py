@@ -12,7 +12,7 @@ import numpy as np
 def word_part_ids(tokenizer, examples, word_split):
     """The pieces of each word's parts, `(examples, parts, pieces)`, and each word's number of parts.
 
-    `examples`: dicts with "words". With `word_split` "raw" a word's parts are the words
+    `examples`: `WordsExample`s. With `word_split` "raw" a word's parts are the words
     `WordPieceTokenizer.words_with_offsets` cuts it into, as it cuts raw
     text, whose pieces are together the word's own; else the word is one
     part. A word that gives no piece (all control characters, U+200B) is
@@ -20,7 +20,7 @@ def word_part_ids(tokenizer, examples, word_split):
     """
     import tensorflow as tf
 
-    words = [word for example in examples for word in example["words"]]
+    words = [word for example in examples for word in example.words]
     if word_split == "raw":
         ids = tokenizer.words_with_offsets(words)[0]  # (words, parts, pieces)
         counts = ids.row_lengths().numpy()
@@ -39,7 +39,7 @@ def word_part_ids(tokenizer, examples, word_split):
         lengths = np.maximum(lengths, 1)
     per_part = tf.RaggedTensor.from_row_lengths(values.astype(np.int32), lengths)
     part_splits = np.concatenate([[0], np.cumsum(counts)])
-    word_splits = np.cumsum([0] + [len(example["words"]) for example in examples])
+    word_splits = np.cumsum([0] + [len(example.words) for example in examples])
     return tf.RaggedTensor.from_row_splits(per_part, part_splits[word_splits]), counts
 
 

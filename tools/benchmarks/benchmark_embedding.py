@@ -150,7 +150,7 @@ def part_latency(args):
     if not os.path.isdir(out):
         raise SystemExit(f"{out} not found: run the export part first")
     folder = open_model(CHECKPOINT, TASK, sequence_length=args.seq_len)
-    text = folder.task.read(STSB_DEV)[0]["texts"][0]
+    text = folder.task.read(STSB_DEV)[0].texts[0]
     one = folder.task.encode(folder.task.examples_from_texts([text])).features
     tensors = {name: tf.constant(value) for name, value in one.items()}
     loaded = savedmodel.load_savedmodel(os.path.join(out, "1"))

@@ -318,7 +318,7 @@ def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
         )
 
     def inputs(examples):
-        columns = tuple(tf.constant([e["texts"][i] for e in examples]) for i in range(len(task.text_inputs)))
+        columns = tuple(tf.constant([e.texts[i] for e in examples]) for i in range(len(task.text_inputs)))
         return columns if len(columns) > 1 else columns[0]
 
     train_ds = tf.data.Dataset.from_tensor_slices((inputs(train), task.targets(train)))
@@ -386,9 +386,9 @@ def baselines(args, task_class, train, dev):
             from sklearn.linear_model import LogisticRegression
 
             vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)
-            features = vectorizer.fit_transform([e["texts"][0] for e in train])
+            features = vectorizer.fit_transform([e.texts[0] for e in train])
             classifier = LogisticRegression(max_iter=2000, C=10).fit(features, ids)
-            probabilities = classifier.predict_proba(vectorizer.transform([e["texts"][0] for e in dev]))
+            probabilities = classifier.predict_proba(vectorizer.transform([e.texts[0] for e in dev]))
             results["tfidf_logistic_regression"] = task.summary(task.evaluate(dev, probabilities))
     elif "zero-shot-cosine" in args.baselines and len(task_class.text_inputs) == 2:
         from kbert.checkpoints import load_hf_checkpoint
@@ -402,11 +402,11 @@ def baselines(args, task_class, train, dev):
         )
         embedder = bert_embedder(checkpoint.encoder)
         sides = [
-            embedder.predict(preprocessor([e["texts"][i] for e in dev]), batch_size=64, verbose=0)
+            embedder.predict(preprocessor([e.texts[i] for e in dev]), batch_size=64, verbose=0)
             for i in (0, 1)
         ]
         cosine = np.sum(sides[0] * sides[1], axis=-1)
-        figures = regression_metrics(np.array([e["target"] for e in dev]), cosine)
+        figures = regression_metrics(np.array([e.target for e in dev]), cosine)
         results["zero_shot_cosine"] = {k: v for k, v in figures.items() if k != "mse"}
     return results
 

@@ -25,6 +25,7 @@ Prints one JSON object; `--out FILE` writes it too.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -76,23 +77,23 @@ def window_figures(folder, examples, sequence_length):
     trained = folder.task
     folder.task = type(trained)(trained.tokenizer, sequence_length, **trained.settings())
     try:
-        gold = [example["tags"] for example in examples]
+        gold = [example.tags for example in examples]
         windowed = [p["tags"] for p in folder.predict(examples, batch_size=BATCH_SIZE)]
         # Truncated: the words whose pieces fit one window; the rest are read as O.
         pieces = folder.task._word_ids(examples).row_lengths(axis=2).to_list()
         kept = [int(np.searchsorted(np.cumsum(counts), sequence_length - 2, side="right")) for counts in pieces]
         cut = [
-            {**example, "words": example["words"][:n], "tags": example["tags"][:n]}
+            dataclasses.replace(example, words=example.words[:n], tags=example.tags[:n])
             for example, n in zip(examples, kept)
             if n
         ]
         cut_tags = iter(p["tags"] for p in folder.predict(cut, batch_size=BATCH_SIZE))
-        truncated = [(next(cut_tags) if n else []) + ["O"] * (len(e["words"]) - n) for e, n in zip(examples, kept)]
+        truncated = [(next(cut_tags) if n else []) + ["O"] * (len(e.words) - n) for e, n in zip(examples, kept)]
     finally:
         folder.task = trained
     return {
         "sequence_length": sequence_length,
-        "sentences_over_one_window": sum(n < len(e["words"]) for e, n in zip(examples, kept)),
+        "sentences_over_one_window": sum(n < len(e.words) for e, n in zip(examples, kept)),
         "windowed_f1": entity_metrics(gold, windowed)["f1"],
         "truncated_f1": entity_metrics(gold, truncated)["f1"],
     }
@@ -109,7 +110,7 @@ def raw_text_figures(task, folder, examples):
     gold, predicted = set(), set()
     for index, (example, row) in enumerate(zip(examples, rows)):
         _, starts, ends = word_offsets(example)
-        gold |= {(index, kind, starts[a], ends[b - 1]) for kind, a, b in chunks(example["tags"])}
+        gold |= {(index, kind, starts[a], ends[b - 1]) for kind, a, b in chunks(example.tags)}
         predicted |= {(index, e["type"], e["start"], e["end"]) for e in row["entities"]}
     correct = len(gold & predicted)
     precision = correct / len(predicted) if predicted else 0.0
@@ -127,7 +128,7 @@ def main(argv=None):
     folder = ModelFolder.load(args.model)
     task = folder.task
     examples = task.read(args.data, folder.settings.get("options"))
-    words = sum(len(example["words"]) for example in examples)
+    words = sum(len(example.words) for example in examples)
     folder.predict(examples[:BATCH_SIZE], batch_size=BATCH_SIZE)  # warm-up: traces the model
     start = time.perf_counter()
     predictions = folder.predict(examples, batch_size=BATCH_SIZE)

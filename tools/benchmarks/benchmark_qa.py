@@ -24,6 +24,7 @@ The load average of the machine is printed with each run.
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -270,8 +271,10 @@ def stream_figures(args):
     for copy in range(args.copies):
         prefix = f"Copy {copy}. "  # a distinct context, the answers moved along
         examples += [
-            {**e, "id": f"{e['id']}-{copy}", "context": prefix + e["context"],
-             "answers": [{**a, "answer_start": a["answer_start"] + len(prefix)} for a in e["answers"]]}
+            dataclasses.replace(
+                e, id=f"{e.id}-{copy}", context=prefix + e.context,
+                answers=[{**a, "answer_start": a["answer_start"] + len(prefix)} for a in e.answers],
+            )
             for e in normans
         ]
     before = rss_mib()
@@ -285,7 +288,7 @@ def stream_figures(args):
     return {
         "stream": {
             "questions": len(examples),
-            "contexts": len({e["context"] for e in examples}),
+            "contexts": len({e.context for e in examples}),
             "rows": rows,
             "batches_of_32": batches,
             "prepare_seconds": round(prepared, 1),

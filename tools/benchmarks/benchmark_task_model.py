@@ -50,7 +50,7 @@ def main(argv=None):
     labels = task_class.learn(train, args.train).get("labels")
 
     def columns(examples):
-        texts = [example["texts"] for example in examples]
+        texts = [example.texts for example in examples]
         return [t[0] for t in texts] if len(task_class.text_inputs) == 1 else tuple(zip(*texts))
 
     result = {"task": args.task, "init": args.init, "seed": args.seed, "dtype": args.dtype,
@@ -66,11 +66,11 @@ def main(argv=None):
     keras.utils.set_random_seed(args.seed)
     model = TaskModel.from_checkpoint(args.init, task=args.task, labels=labels, dtype=args.dtype)
     model.compile()
-    targets = [example["target"] for example in train]
+    targets = [example.target for example in train]
     start = time.perf_counter()
     model.fit(columns(train), targets, seed=args.seed, verbose=0)
     seconds = time.perf_counter() - start
-    figures = model.figures(columns(dev), [example["target"] for example in dev])
+    figures = model.figures(columns(dev), [example.target for example in dev])
     result["task_model"] = {**model.task.summary(figures), "fit_seconds": round(seconds, 1)}
     outputs = model.predict(columns(dev))
     name = folder.task.outputs[0]

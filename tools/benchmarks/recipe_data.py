@@ -142,7 +142,7 @@ def keras_hub_arrays(task_class, vocabulary, lowercase, train_path, dev_path):
     for split, path in (("train", train_path), ("dev", dev_path)):
         examples = task_class.read(path, options)
         columns = tuple(
-            tf.constant([e["texts"][i] for e in examples]) for i in range(len(task_class.text_inputs))
+            tf.constant([e.texts[i] for e in examples]) for i in range(len(task_class.text_inputs))
         )
         # By keyword: a positional tuple would be read as (x, y), the pair's second text as labels.
         packed = preprocessor(x=columns if len(columns) > 1 else columns[0])

@@ -109,14 +109,14 @@ def main(argv=None):
 
     task_class = get_task("text-pair-regression")
     gold = task_class.read(args.train, task_class.resolve_options(None))
-    sentences = list(dict.fromkeys(s for e in gold for s in e["texts"]))
+    sentences = list(dict.fromkeys(s for e in gold for s in e.texts))
     index = {s: i for i, s in enumerate(sentences)}
     folder = ModelFolder.from_pretrained(args.embedder, "sentence-embedding")
     embeddings = np.asarray(folder.embed(sentences), np.float64)
     embeddings /= np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
 
-    gold_pairs = [tuple(index[s] for s in e["texts"]) for e in gold]
-    gold_scores = np.array([e["target"] for e in gold], np.float64)
+    gold_pairs = [tuple(index[s] for s in e.texts) for e in gold]
+    gold_scores = np.array([e.target for e in gold], np.float64)
     cosines = np.array([embeddings[i] @ embeddings[j] for i, j in gold_pairs])
     a, b = fit_line(cosines, gold_scores)
     excluded = {(min(i, j), max(i, j)) for i, j in gold_pairs}
@@ -127,7 +127,7 @@ def main(argv=None):
         writer = csv.writer(f, delimiter="\t", lineterminator="\n")
         writer.writerow(["sentence1", "sentence2", "score"])
         for e in gold:
-            writer.writerow([*e["texts"], repr(float(e["target"]))])
+            writer.writerow([*e.texts, repr(float(e.target))])
         for i, j, cosine in silver:
             writer.writerow([sentences[i], sentences[j], f"{min(max(a * cosine + b, low), high):.4f}"])
 
