@@ -81,8 +81,8 @@ class FillMask(TextTask):
         """Every text holds as many answers as `[MASK]`s, each one word piece."""
         counts = self._mask_counts(examples)
         for example, count in zip(examples, counts):
-            where = f"{source}, line {example['line']}"
-            answers = example["target"]
+            where = f"{source}, line {example.line}"
+            answers = example.target
             if answers is None or len(answers) != count:
                 given = 0 if answers is None else len(answers)
                 raise ValueError(f"{where}: {given} answer(s) for {count} {MASK}(s); expected one each")
@@ -93,14 +93,14 @@ class FillMask(TextTask):
         written (`##ing`) or else the one word piece it tokenizes to (`Paris`);
         `ValueError` naming an answer that is more."""
         vocabulary = {token: i for i, token in enumerate(self.tokenizer.vocabulary)}
-        answers = [(example, word) for example in examples for word in example["target"]]
+        answers = [(example, word) for example in examples for word in example.target]
         spelled = [word for _, word in answers if word not in vocabulary]
         pieces = dict(zip(spelled, self.tokenizer(spelled).to_list() if spelled else []))
         for example, word in answers:
             if word not in vocabulary and len(pieces[word]) != 1:
                 tokens = " ".join(self.tokenizer.id_to_token(i) for i in pieces[word])
                 raise ValueError(
-                    f"{source}, line {example['line']}: answer {word!r} is {len(pieces[word])} word pieces "
+                    f"{source}, line {example.line}: answer {word!r} is {len(pieces[word])} word pieces "
                     f"({tokens}); each {MASK} stands for one word piece of the vocabulary"
                 )
         return np.array([vocabulary.get(word) if word in vocabulary else pieces[word][0] for _, word in answers],
@@ -120,13 +120,13 @@ class FillMask(TextTask):
         answers = [value.split() if isinstance(value, str) else list(value) for value in y]
         if len(answers) != len(examples):
             raise ValueError(f"y holds {len(answers)} answers for {len(examples)} texts")
-        return [{**example, "target": words} for example, words in zip(examples, answers)]
+        return [dataclasses.replace(example, target=words) for example, words in zip(examples, answers)]
 
     # === Preprocessing ===
 
     def _mask_counts(self, examples):
         """The `[MASK]`s of each text as the tokenizer reads them."""
-        ids = self.tokenizer([example["texts"][0] for example in examples])
+        ids = self.tokenizer([example.texts[0] for example in examples])
         return [row.count(self.tokenizer.mask_id) for row in ids.to_list()]
 
     def encode(self, examples, targets=True):
@@ -135,7 +135,7 @@ class FillMask(TextTask):
         encoded = super().encode(examples, targets=False)
         packed = (encoded.features["token_ids"] == self.tokenizer.mask_id).sum(axis=1)
         for example, count, kept in zip(examples, self._mask_counts(examples), packed):
-            where = f"line {example['line']}" if example["line"] is not None else repr(example["texts"][0][:60])
+            where = f"line {example.line}" if example.line is not None else repr(example.texts[0][:60])
             if count == 0:
                 raise ValueError(f"{where}: the text holds no {MASK}; expected one for each word to fill in")
             if count > self.max_masks:
@@ -172,8 +172,8 @@ class FillMask(TextTask):
         for example, prediction in zip(examples, predictions):
             masks = [[{"word": self.tokenizer.id_to_token(i), "score": float(s)} for i, s in zip(ids, scores)]
                      for ids, scores in zip(prediction["ids"], prediction["scores"])]
-            filled = example["texts"][0]
+            filled = example.texts[0]
             for candidates in masks:
                 filled = filled.replace(MASK, candidates[0]["word"].removeprefix("##"), 1)
-            rows.append({"text": example["texts"][0], "filled": filled, "masks": masks})
+            rows.append({"text": example.texts[0], "filled": filled, "masks": masks})
         return rows
