@@ -160,26 +160,14 @@ class TaskModel(keras.Model):
     def call(self, inputs, training=None):
         return self.network(inputs, training=training)
 
-    def train_step(self, *args):
-        """Keras's training step, with the network called as the top-level model.
-
-        On TensorFlow, a step that calls it through this model's own `__call__`
-        rounds apart from `kbert finetune`'s under mixed precision (0.002 in
-        MiniLM's logits within 20 bfloat16 steps); called as it is, the two are
-        the same to the last bit."""
-        if keras.backend.backend() != "tensorflow":
-            return super().train_step(*args)
-        import tensorflow as tf
-
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(args[0])
-        with tf.GradientTape() as tape:
-            y_pred = self.network(x, training=True)
-            loss = self._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
-            self._loss_tracker.update_state(loss, sample_weight=tf.shape(keras.tree.flatten(x)[0])[0])
-            loss = self.optimizer.scale_loss(loss)
-        weights = self.trainable_weights
-        self.optimizer.apply_gradients(zip(tape.gradient(loss, weights), weights))
-        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+    def __call__(self, inputs, training=None, **kwargs):
+        """The network called as the top-level model. Nested in this model's own
+        `Layer.__call__`, TensorFlow's backward pass sums the lower blocks'
+        bfloat16 gradients in another order (forward and loss equal to the bit,
+        gradients a bfloat16 rounding apart), and `fit` under mixed precision
+        would drift from `kbert finetune`'s (0.002 in MiniLM's logits within 20
+        steps); called as it is, Keras's own `train_step` matches it to the bit."""
+        return self.network(inputs, training=training, **kwargs)
 
     def compile(self, optimizer=None, loss=None, metrics=None, **kwargs):
         """Keras's `compile`; what is not given is the task's: its loss, its metrics and,
