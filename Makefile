@@ -31,7 +31,7 @@ run: $(STAMP)
 	  --dev data/debian-packages/dev.csv --init all-minilm-l6-v2 --out $(OUT)
 	$(VENV)/bin/kbert evaluate --model $(OUT) --data data/debian-packages/dev.csv
 
-PYTEST := $(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --durations=10
 
 test: $(STAMP)
 	$(PYTEST) -m "not slow"
