@@ -21,12 +21,13 @@ Every task (`kbert.tasks.TASKS`), each with its own inputs:
 | token-classification | raw texts, or lists of words | a list of tags per list of words |
 | question-answering | `{"question", "context"}` dicts, or `(questions, contexts)` | `{"text", "answer_start"}`, or None for no answer (v2.0) |
 | sentence-embedding | texts | none: it needs no training, `fit` refuses it |
+| fill-mask | texts with `[MASK]`s | for `figures`: each text's hidden words; it needs no training |
 
 `x` may also be a `tf.data.Dataset` of batches, as Keras's `fit` takes
 them (`inputs_from_dataset`). `predict` gives the network's outputs (per
 packed row: a long NER text or QA context is several windows),
 `predict_labels` the task's answers (labels, entities with character
-offsets, answer spans, vectors). Keras's callbacks work; with
+offsets, answer spans, vectors, masked words). Keras's callbacks work; with
 `kbert.AtomicBackup`, a `fit` killed and run again resumes at the epoch its
 backup holds, with the batches, optimizer state and dropout seeds an
 uninterrupted run has. The network is backend-agnostic Keras (TensorFlow,
@@ -273,7 +274,7 @@ class TaskModel(keras.Model):
 
     def predict_labels(self, x, batch_size=64):
         """What `kbert predict` prints for each input: a label and its scores, a score,
-        entities with character offsets, an answer span, or a vector."""
+        entities with character offsets, an answer span, a vector, or masked words."""
         examples, encoded, outputs = self._run(self.examples(x), batch_size)
         return self.task.predict_json(examples, self.task.decode(examples, encoded, outputs))
 
