@@ -83,7 +83,7 @@ def cloze_file(path, expected, rank=0):
 
 def test_words_and_probabilities_are_transformers_pipeline(checkpoint):
     """The same five words, in the same order, for every [MASK], with their
-    probabilities within 1e-5; the text filled with the likeliest."""
+    probabilities within 1e-6 (4.5e-8 measured; the top words near 0.013); the text filled with the likeliest."""
     model, expected = checkpoint
     folder = ModelFolder.from_pretrained(model, "fill-mask")
     examples = folder.task.examples_from_texts(TEXTS)
@@ -92,7 +92,7 @@ def test_words_and_probabilities_are_transformers_pipeline(checkpoint):
     for row, masks in zip(rows, expected):
         for mine, theirs in zip(row["masks"], masks):
             assert [c["word"] for c in mine] == [minilm_vocabulary()[c["token"]] for c in theirs]
-            assert np.abs(np.array([c["score"] for c in mine]) - [c["score"] for c in theirs]).max() <= 1e-5
+            assert np.abs(np.array([c["score"] for c in mine]) - [c["score"] for c in theirs]).max() <= 1e-6
     first = [masks[0]["token_str"] for masks in expected[2]]
     assert rows[2]["filled"] == f"the {first[0]} runs on {first[1]} machines with a graphical interface."
 
