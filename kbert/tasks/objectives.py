@@ -252,8 +252,6 @@ class MaskedWords(Objective):
             activation, epsilon = head_hyperparameters(encoder)
             vocab_size = encoder.get_layer("token_embedding").input_dim
             head = FillMaskHead(vocab_size, activation=activation, layer_norm_epsilon=epsilon, **settings)
-        # The masked LM reads every position, never the pooled [CLS] vector.
-        encoder.get_layer("pooler").trainable = False
         inputs = encoder_inputs()
         return keras.Model(inputs, head(encoder(inputs), inputs), name="bert_fill_mask")
 
