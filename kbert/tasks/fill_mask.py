@@ -103,7 +103,7 @@ class FillMask(TextTask):
                     f"{source}, line {example.line}: answer {word!r} is {len(pieces[word])} word pieces "
                     f"({tokens}); each {MASK} stands for one word piece of the vocabulary"
                 )
-        return np.array([vocabulary.get(word) if word in vocabulary else pieces[word][0] for _, word in answers],
+        return np.array([vocabulary[word] if word in vocabulary else pieces[word][0] for _, word in answers],
                         np.int32)
 
     def examples_from_inputs(self, x, y=None):
