@@ -78,20 +78,18 @@ class FillMask(TextTask):
         return {"top_k": options["top_k"], "max_masks": options["max_masks"]}
 
     def check(self, examples, source):
-        """Every text holds as many answers as `[MASK]`s, each one word piece."""
-        counts = self._mask_counts(examples)
-        for example, count in zip(examples, counts):
-            where = f"{source}, line {example.line}"
-            answers = example.target
-            if answers is None or len(answers) != count:
-                given = 0 if answers is None else len(answers)
-                raise ValueError(f"{where}: {given} answer(s) for {count} {MASK}(s); expected one each")
         self.answer_ids(examples, source)
 
     def answer_ids(self, examples, source="data"):
         """int32 `(masks,)`: the id of every answer in order, a vocabulary token as
         written (`##ing`) or else the one word piece it tokenizes to (`Paris`);
-        `ValueError` naming an answer that is more."""
+        `ValueError` naming a text whose answers are not one per `[MASK]`, or an
+        answer that is more than one word piece."""
+        for example, count in zip(examples, self._mask_counts(examples)):
+            given = 0 if example.target is None else len(example.target)
+            if given != count:
+                raise ValueError(f"{source}, line {example.line}: {given} answer(s) for {count} {MASK}(s); "
+                                 "expected one each")
         vocabulary = {token: i for i, token in enumerate(self.tokenizer.vocabulary)}
         answers = [(example, word) for example in examples for word in example.target]
         spelled = [word for _, word in answers if word not in vocabulary]
@@ -156,7 +154,6 @@ class FillMask(TextTask):
                 for row in range(len(ids))]
 
     def evaluate(self, examples, predictions):
-        self.check(examples, "data")
         gold = self.answer_ids(examples)
         ids = np.concatenate([prediction["ids"] for prediction in predictions])
         return {

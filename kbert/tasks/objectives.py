@@ -241,11 +241,11 @@ class MaskedWords(Objective):
 
         from kbert.models.encoder import as_encoder, encoder_inputs
         from kbert.models.heads import HEAD_LAYER, FillMaskHead
-        from kbert.models.pretrainer import head_hyperparameters
+        from kbert.models.pretrainer import BertPretrainer, head_hyperparameters
 
         settings = {"mask_id": task.tokenizer.mask_id, "max_masks": task.max_masks, "top_k": task.top_k,
                     "name": HEAD_LAYER}
-        if isinstance(source, keras.Model) and any(layer.name == "masked_lm" for layer in source.layers):
+        if isinstance(source, BertPretrainer):
             head, encoder = FillMaskHead.from_pretrainer(source, **settings), source.encoder
         else:
             encoder = as_encoder(source, dtype=dtype)
