@@ -122,6 +122,8 @@ def test_the_python_face_gives_the_same_words(checkpoint):
     assert network.figures(TEXTS, answers) == {"accuracy": 1.0, "top_k_accuracy": 1.0, "n": 8, "texts": 6}
     with pytest.raises(ValueError, match="line 3: 1 answer\\(s\\) for 2 \\[MASK\\]"):
         network.figures(TEXTS, ["a"] * 6)
+    with pytest.raises(ValueError, match="y holds 1 answers for 6 texts"):
+        network.figures(TEXTS, ["a"])
 
 
 @pytest.mark.parametrize("text, message", [
@@ -152,6 +154,8 @@ def test_bad_answers_and_models_are_refused(checkpoint, tmp_path, capsys):
         ModelFolder.from_pretrained(trained, "fill-mask")
     with pytest.raises(ValueError, match="top_k=0; expected a positive integer"):
         ModelFolder.from_pretrained(model, "fill-mask", {"top_k": "0"})
+    with pytest.raises(ValueError, match="top_k=40000; the vocabulary holds 30522 words"):
+        ModelFolder.from_pretrained(model, "fill-mask", {"top_k": "40000"})
 
 
 def test_export_serves_the_words_and_verifies_every_artefact(checkpoint, tmp_path):
