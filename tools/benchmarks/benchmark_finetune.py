@@ -1,4 +1,4 @@
-"""Fine-tuning, kbert and keras-hub side by side: dev figures over seeds, and `fit`'s wall-clock.
+"""Fine-tuning, kbert and its peer side by side: dev figures over seeds, and `fit`'s wall-clock.
 
 Both fine-tune the same checkpoint (keras-hub's `BertBackbone` gets its
 weights through `kbert.checkpoints.to_keras_hub`) with the same recipe: AdamW
@@ -19,6 +19,15 @@ regression). Prints one JSON object; `--out FILE` writes it too.
     python tools/benchmarks/benchmark_finetune.py --task text-pair-regression \\
         --train ../shared/data/glue-stsb/train.tsv --dev ../shared/data/glue-stsb/dev.tsv \\
         --impls kbert,kbert:head=cross --seeds 0,1,2
+
+Named entities have another peer, `transformers`: Hugging Face's
+`BertForTokenClassification` on PyTorch with run_ner.py's own recipe
+(`transformers_ner.py`, in a process of its own), against kbert's default
+recipe (give it with `--epochs` and `--lr`):
+
+    python tools/benchmarks/benchmark_finetune.py --task token-classification \\
+        --train ../shared/data/conll2003/train.txt --dev ../shared/data/conll2003/dev.txt \\
+        --epochs 3 --lr 1e-4 --impls kbert,transformers --seeds 0,1 --baselines ""
 
 Each run also reports `train_loss`, the mean training loss of its last
 epoch, `mean_step_seconds`, its mean step after the first (and
@@ -61,7 +70,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
-IMPLS = ("kbert", "keras-hub")
+IMPLS = ("kbert", "keras-hub", "transformers")
+# The task each peer but keras-hub runs.
+PEER_TASKS = {"transformers": "token-classification"}
 # Diagnostics: kbert's model fed by keras-hub's input pipeline (its tokenizer
 # and packer, unbucketed batches padded to the sequence length, one shuffle of
 # the whole set per epoch), to tell the model's part in a gap from the input's.
@@ -122,6 +133,9 @@ def parse_args(argv=None):
             args.settings[impl] = option_settings(given, args.task, RECIPE_OPTIONS) if variant else ({}, {})
         except argparse.ArgumentTypeError as error:
             parser.error(f"--impls {impl}: {error}")
+    for impl in args.impls:
+        if impl in PEER_TASKS and args.task != PEER_TASKS[impl]:
+            parser.error(f"--impls {impl}: runs --task {PEER_TASKS[impl]} only")
     also_evaluate = {}
     for entry in args.also_evaluate:
         try:
@@ -279,6 +293,21 @@ def evaluate_with(args, folder):
         metrics = trained.evaluate(trained.task.read(args.dev, options), source=args.dev)
         figures[entry] = trained.task.summary(metrics)
     return figures
+
+
+def run_transformers(args, seed):
+    """The named-entity peer (`transformers_ner.py`: run_ner.py's recipe on PyTorch),
+    in a process of its own: PyTorch and TensorFlow crash together in one process."""
+    import subprocess
+
+    command = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "transformers_ner.py"),
+               "--train", args.train, "--dev", args.dev, "--init", args.init, "--seed", str(seed)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode:
+        raise RuntimeError(f"transformers_ner.py failed: {result.stderr.strip().splitlines()[-1:]}")
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    return {**figures["dev"], "fit_seconds": figures["train_seconds"], "recipe": figures["recipe"],
+            "impl_version": figures["impl"]}
 
 
 def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
@@ -455,6 +484,8 @@ def main(argv=None):
                 log(f"{impl}, seed {seed}")
                 if impl.split(":")[0] == "kbert":
                     figures = run_kbert(args, seed, work, impl)
+                elif impl == "transformers":
+                    figures = run_transformers(args, seed)
                 else:
                     model_from = "kbert" if impl in HYBRIDS else "keras-hub"
                     figures = run_keras_hub(args, seed, task_class, train, dev, model_from)
