@@ -34,8 +34,17 @@ _KBERT_ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": "gelu_new", "relu": "r
 MAY_BE_MISSING = ("pooler.dense.", "cls.seq_relationship.")
 
 HuggingFaceCheckpoint = collections.namedtuple(
-    "HuggingFaceCheckpoint", ["config", "vocabulary", "lowercase", "encoder", "pretrainer"], defaults=(None,)
+    "HuggingFaceCheckpoint", ["config", "vocabulary", "lowercase", "encoder", "pretrainer", "fresh"],
+    defaults=(None, ()),
 )
+
+
+def warn_fresh(checkpoint, folder, trains):
+    """Says on stderr which layers `checkpoint` started anew (`MAY_BE_MISSING`),
+    where a training run (`trains`: "fine-tuning", "pretraining") will train them."""
+    if checkpoint.fresh:
+        print(f"kbert: warning: {folder} has no {', '.join(checkpoint.fresh)}; initialised anew, as "
+              f"Hugging Face does ({trains} trains {'them' if len(checkpoint.fresh) > 1 else 'it'})", file=sys.stderr, flush=True)
 
 
 def resolve_checkpoint(name_or_path):
@@ -256,12 +265,14 @@ def load_hf_checkpoint(name_or_path, dtype=None, overrides=None, heads=False):
             into a `bert_pretrainer`: to fill in masked words or continue
             pretraining. A `BertForMaskedLM` file has no next-sentence head
             (nor a pooler, with or without `heads`): they keep their
-            initial values, with a warning.
+            initial values, and `fresh` names them.
 
     Returns:
         `HuggingFaceCheckpoint(config, vocabulary, lowercase, encoder,
-        pretrainer)`; `pretrainer` is None without `heads`, else its `.encoder`
-        is `encoder`. Build the tokenizer with
+        pretrainer, fresh)`; `pretrainer` is None without `heads`, else its
+        `.encoder` is `encoder`; `fresh` names the layers the file lacks
+        (`MAY_BE_MISSING`), e.g. `("pooler.dense",)`; `warn_fresh` says so
+        where training will train them (masked-word prediction reads neither). Build the tokenizer with
         `kbert.text.WordPieceTokenizer(vocabulary, lowercase)`.
 
     Example:
@@ -294,11 +305,8 @@ def load_hf_checkpoint(name_or_path, dtype=None, overrides=None, heads=False):
     else:
         pretrainer, encoder = None, bert_encoder(config, dtype=dtype)
     fresh = load_hf_weights(encoder, config, weights_path, pretrainer)
-    if fresh:
-        layers = ", ".join(sorted({name.rsplit(".", 1)[0] for name in fresh}))
-        print(f"kbert: warning: {weights_path} has no {layers}; initialised anew, as Hugging Face "
-              "does (fine-tuning trains it)", file=sys.stderr, flush=True)
-    return HuggingFaceCheckpoint(config, vocabulary, lowercase, encoder, pretrainer)
+    layers = tuple(sorted({name.rsplit(".", 1)[0] for name in fresh}))
+    return HuggingFaceCheckpoint(config, vocabulary, lowercase, encoder, pretrainer, layers)
 
 
 def save_hf_checkpoint(encoder, config, vocabulary, path, lowercase=True, pretrainer=None):
@@ -349,4 +357,5 @@ def init_encoder(init, dtype=None, overrides=None):
         config = with_overrides(PRESETS[init], overrides)
         return config, bert_encoder(config, dtype=dtype), None, True
     checkpoint = load_hf_checkpoint(init, dtype=dtype, overrides=overrides)
+    warn_fresh(checkpoint, init, "fine-tuning")
     return checkpoint.config, checkpoint.encoder, checkpoint.vocabulary, checkpoint.lowercase

@@ -10,8 +10,8 @@ from kbert.checkpoints.huggingface import load_hf_checkpoint, resolve_checkpoint
 GOOGLE_CONFIG_FILE = "bert_config.json"
 
 PretrainedCheckpoint = collections.namedtuple(
-    "PretrainedCheckpoint", ["config", "vocabulary", "lowercase", "encoder", "folder", "pretrainer"],
-    defaults=(None,),
+    "PretrainedCheckpoint", ["config", "vocabulary", "lowercase", "encoder", "folder", "pretrainer", "fresh"],
+    defaults=(None, ()),
 )
 
 
@@ -32,18 +32,21 @@ def load_pretrained(name_or_path, dtype=None, heads=False):
 
     Returns:
         `PretrainedCheckpoint(config, vocabulary, lowercase, encoder, folder,
-        pretrainer)`; `folder` is the checkpoint's folder (where a packaged
-        name resolves); `pretrainer` is None without `heads`.
+        pretrainer, fresh)`; `folder` is the checkpoint's folder (where a
+        packaged name resolves); `pretrainer` is None without `heads`; `fresh`
+        names the layers a Hugging Face `BertForMaskedLM` file lacks (its
+        pooler, its next-sentence head), which keep their initial values.
 
     Example:
     >>> checkpoint = load_pretrained("all-minilm-l6-v2")  # doctest: +SKIP
     """
     folder = resolve_checkpoint(name_or_path)
     if os.path.isfile(os.path.join(folder, GOOGLE_CONFIG_FILE)):
-        checkpoint = load_google_checkpoint(folder, heads=heads, dtype=dtype)
+        checkpoint, fresh = load_google_checkpoint(folder, heads=heads, dtype=dtype), ()
     else:
         checkpoint = load_hf_checkpoint(folder, dtype=dtype, heads=heads)
+        fresh = checkpoint.fresh
     return PretrainedCheckpoint(
         checkpoint.config, checkpoint.vocabulary, checkpoint.lowercase, checkpoint.encoder, folder,
-        checkpoint.pretrainer,
+        checkpoint.pretrainer, fresh,
     )

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 
 from kbert.checkpoints import load_hf_checkpoint, resolve_checkpoint, save_hf_checkpoint
-from kbert.checkpoints.huggingface import has_masked_lm
+from kbert.checkpoints.huggingface import has_masked_lm, warn_fresh
 from kbert.checkpoints.google import load_google_checkpoint
 from kbert.config import PRESETS, BertConfig
 from kbert.hardware import log_dtype
@@ -140,6 +140,7 @@ def _build_model(init, vocabulary, dtype):
     else:
         # A BertForPreTraining or BertForMaskedLM keeps training its heads; a BertModel gets new ones.
         checkpoint = load_hf_checkpoint(folder, dtype=dtype, heads=has_masked_lm(folder))
+        warn_fresh(checkpoint, folder, "pretraining")
         pretrainer = checkpoint.pretrainer or bert_pretrainer(checkpoint.encoder, dtype=dtype)
     if checkpoint.vocabulary != list(vocabulary):
         raise ValueError(
