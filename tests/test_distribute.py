@@ -66,9 +66,10 @@ def compile_kwargs():
     )
 
 def train(model):
+    # The weights after one epoch, and the epoch's mean loss as `fit` logs it.
     x, y = data()
-    model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0)
-    return model.get_weights()
+    history = model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0)
+    return model.get_weights(), history.history["loss"][-1]
 
 def max_diff(a, b):
     return max(float(np.max(np.abs(u - v))) for u, v in zip(a, b))
@@ -86,7 +87,7 @@ initial = reference.get_weights()
 # The reference runs without XLA so that "Compiled cluster using XLA", logged
 # once per process, can only come from the replicas.
 reference.compile(jit_compile=False, **compile_kwargs())
-expected = train(reference)
+expected, expected_loss = train(reference)
 
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 with strategy.scope():
@@ -94,9 +95,10 @@ with strategy.scope():
     model.set_weights(initial)
     distribute.compile_for_strategy(model, strategy, jit_compile=True, **compile_kwargs())
 batch_log = distribute.log_batch_sizes(strategy, GLOBAL_BATCH)
-got = train(model)
+got, loss = train(model)
 print("RESULT " + json.dumps({
     "max_diff": max_diff(expected, got),
+    "loss_diff": abs(loss - expected_loss),
     "moved": max_diff(initial, got),
     "xla": distribute.is_xla_compiled(model),
     "replicas": strategy.num_replicas_in_sync,
@@ -112,13 +114,13 @@ keras.utils.set_random_seed(0)
 reference = build()
 initial = reference.get_weights()
 reference.compile(jit_compile=True, **compile_kwargs())
-expected = train(reference)
+expected, _ = train(reference)
 
 keras.distribution.set_distribution(keras.distribution.DataParallel(devices=jax.devices()))
 model = build()
 model.set_weights(initial)
 distribute.compile_for_strategy(model, None, jit_compile=True, **compile_kwargs())
-got = train(model)
+got, _ = train(model)
 kernel = model.get_layer("head").dense.kernel.value
 print("RESULT " + json.dumps({
     "max_diff": max_diff(expected, got),
@@ -197,6 +199,7 @@ def test_mirrored_strategy_matches_one_device_with_xla(two_device_runs):
     assert result["replicas"] == 2
     assert result["moved"] > 1e-4, "training did not change the weights"
     assert result["max_diff"] < REPLICA_ATOL, result
+    assert result["loss_diff"] < REPLICA_ATOL, result  # the loss the replicas log, averaged as on one device
     assert result["xla"], "the per-replica train step is not XLA-compiled"
     # Runtime evidence, not just the graph: the XLA device compiler ran.
     assert "Compiled cluster using XLA" in stderr

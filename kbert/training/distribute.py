@@ -334,19 +334,19 @@ def _replica_xla_train_step(model):
     def forward_backward(x, y, sample_weight):
         with tf.GradientTape() as tape:
             y_pred = model(x, training=True)
-            loss = model._compute_loss(
-                x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True
-            )
+            loss = model.compute_loss(x, y, y_pred, sample_weight, training=True)
             scaled_loss = model.optimizer.scale_loss(loss)
         gradients = tape.gradient(scaled_loss, model.trainable_weights)
         return y_pred, loss, gradients
 
     forward_backward = tf.function(forward_backward, jit_compile=True, reduce_retracing=True)
+    # `compile` makes it, first of `model.metrics`; the losses of each output are "<output>_loss".
+    loss_tracker = next(metric for metric in model.metrics if metric.name == "loss")
 
     def train_step(data):
         x, y, sample_weight = data_adapters.data_adapter_utils.unpack_x_y_sample_weight(data)
         y_pred, loss, gradients = forward_backward(x, y, sample_weight)
-        model._loss_tracker.update_state(
+        loss_tracker.update_state(
             loss_module.unscale_loss_for_distribution(loss),
             sample_weight=tf.shape(tf.nest.flatten(x)[0])[0],
         )
