@@ -43,8 +43,9 @@ def warn_fresh(checkpoint, folder, trains):
     """Says on stderr which layers `checkpoint` started anew (`MAY_BE_MISSING`),
     where a training run (`trains`: "fine-tuning", "pretraining") will train them."""
     if checkpoint.fresh:
+        them = "them" if len(checkpoint.fresh) > 1 else "it"
         print(f"kbert: warning: {folder} has no {', '.join(checkpoint.fresh)}; initialised anew, as "
-              f"Hugging Face does ({trains} trains {'them' if len(checkpoint.fresh) > 1 else 'it'})", file=sys.stderr, flush=True)
+              f"Hugging Face does ({trains} trains {them})", file=sys.stderr, flush=True)
 
 
 def resolve_checkpoint(name_or_path):
@@ -272,7 +273,8 @@ def load_hf_checkpoint(name_or_path, dtype=None, overrides=None, heads=False):
         pretrainer, fresh)`; `pretrainer` is None without `heads`, else its
         `.encoder` is `encoder`; `fresh` names the layers the file lacks
         (`MAY_BE_MISSING`), e.g. `("pooler.dense",)`; `warn_fresh` says so
-        where training will train them (masked-word prediction reads neither). Build the tokenizer with
+        where training will train them (masked-word prediction reads
+        neither). Build the tokenizer with
         `kbert.text.WordPieceTokenizer(vocabulary, lowercase)`.
 
     Example:
