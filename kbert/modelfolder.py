@@ -27,6 +27,7 @@ import os
 from kbert.config import ENCODER_INPUTS, BertConfig
 from kbert.fileio import check_distinct, check_output_folder, read_json, staged_folder
 from kbert.tasks import DEFAULT_TASK, TASKS, get_task
+from kbert.tasks.base import INFERENCE_BATCH_SIZE as BATCH_SIZE
 
 MODEL_FILE = "model.keras"
 VOCAB_FILE = "vocab.txt"
@@ -38,8 +39,6 @@ FORMAT = "kbert-model"
 # What a model folder written before manifests holds: kbert's own names
 # (`kbert.fileio.foreign_entries`); anything else in it is the user's.
 MODEL_FOLDER_NAMES = (MODEL_FILE, VOCAB_FILE, SETTINGS_FILE, METRICS_FILE, LEGACY_LABELS_FILE)
-# Rows per `predict_on_batch` call at inference.
-BATCH_SIZE = 64
 # The longest input of a pretrained checkpoint that does not say its own
 # (`Task.pretrained_sequence_length`): BERT tokenizers' `model_max_length`,
 # what sentence-transformers then uses.

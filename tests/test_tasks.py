@@ -444,6 +444,27 @@ def test_pair_regression_evaluate_and_predict(trained_pairs, capsys):
     assert "groups of 2 (sentence1, sentence2)" in capsys.readouterr().err
 
 
+def test_finetune_figures_are_evaluates_in_bfloat16(tmp_path):
+    """finetune's dev figures (metrics.json) are those `kbert evaluate` gives on its
+    folder, to the last digit, also in bfloat16 with a training batch smaller than
+    evaluate's: the dev rows run in the same batches of the same widths."""
+    from kbert.checkpoints import resolve_checkpoint
+    from kbert.training.finetune import finetune
+
+    lines = open(os.path.join(STSB, "train.tsv"), encoding="utf-8").readlines()
+    (tmp_path / "train.tsv").write_text("".join(lines[:81]), encoding="utf-8")
+    (tmp_path / "dev.tsv").write_text("".join(lines[:1] + lines[81:181]), encoding="utf-8")
+    out = str(tmp_path / "model")
+    metrics = finetune(
+        str(tmp_path / "train.tsv"), str(tmp_path / "dev.tsv"), "bert_tiny", out, task="text-pair-regression",
+        vocab=os.path.join(resolve_checkpoint("all-minilm-l6-v2"), "vocab.txt"), sequence_length=64,
+        batch_size=4, epochs=1, learning_rate=1e-3, dtype="mixed_bfloat16", verbose=0, log=lambda line: None,
+    )
+    figures = ModelFolder.load(out).evaluate(TASKS["text-pair-regression"].read(str(tmp_path / "dev.tsv")))
+    assert figures["n"] == 100
+    assert (figures["mse"], figures["pearson"]) == (metrics["mse"], metrics["pearson"])
+
+
 @pytest.mark.slow
 def test_pair_regression_export(trained_pairs):
     """SavedModel with two string inputs, token and text TFLite, ONNX: all within budget."""

@@ -42,6 +42,7 @@ from kbert.export.options import (
 from kbert.export.serving import serving_for
 from kbert.fileio import check_distinct, check_output_folder, staged_folder
 from kbert.modelfolder import open_model
+from kbert.tasks.base import INFERENCE_BATCH_SIZE as BATCH_SIZE
 from kbert.text import save_vocab
 
 # What an export folder written before manifests holds: kbert's own names
@@ -52,7 +53,6 @@ EXPORT_FOLDER_NAMES = (
 )
 # Examples in the REST example.
 REST_EXAMPLES = 2
-BATCH_SIZE = 64
 
 
 def export_model(

@@ -24,6 +24,11 @@ from kbert.tasks.task_config import ConfigFields, TaskConfig
 
 # Examples tokenized per call of the preprocessor in `encode`.
 ENCODE_CHUNK = 1024
+# Rows per model call at inference (`Task.run`): `kbert evaluate`, `predict`,
+# the exporter's checks and finetune's dev figures alike, so that finetune's
+# figures are the ones `kbert evaluate` gives on its model folder (batches of
+# other widths round bfloat16 otherwise).
+INFERENCE_BATCH_SIZE = 64
 # A quantized artefact may lose this much of the task's metric (a fraction:
 # accuracy, Spearman) against the Keras model: 0.1 point for float16, half a
 # point for the int8 schemes.
@@ -201,7 +206,7 @@ class Task(ConfigFields):
 
     # === Inference ===
 
-    def run(self, model, features, batch_size=64):
+    def run(self, model, features, batch_size=INFERENCE_BATCH_SIZE):
         """`model`'s outputs on int32 `features`, a dict keyed by `outputs`
         (`kbert.tasks.inference`): rows in batches of similar length, or at
         their full length if the task `reads_sequence`. `ValueError` if the

@@ -30,7 +30,7 @@ def batches_by_length(features, batch_size, sequence_length):
         yield index, min(sequence_length, width)
 
 
-def run_full_length(model, features, names, batch_size=64):
+def run_full_length(model, features, names, batch_size):
     """`model`'s outputs on every row at its full length, in order: a dict keyed by `names`."""
     check_rows(features)
     result = model.predict(
@@ -39,7 +39,7 @@ def run_full_length(model, features, names, batch_size=64):
     return check_finite(output_dict(result, names))
 
 
-def run_by_length(model, features, names, sequence_length, batch_size=64):
+def run_by_length(model, features, names, sequence_length, batch_size):
     """`model`'s outputs of one row each (no sequence axis), a dict keyed by
     `names`: rows in batches of similar length, each cut to its width
     (`batches_by_length`), put back in the rows' order.

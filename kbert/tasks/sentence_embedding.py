@@ -28,7 +28,7 @@ import os
 import numpy as np
 
 from kbert.config import POOLINGS
-from kbert.tasks.base import METRIC_BUDGETS
+from kbert.tasks.base import INFERENCE_BATCH_SIZE, METRIC_BUDGETS
 from kbert.tasks.objectives import Embedding
 from kbert.tasks.records import TextExample
 from kbert.tasks.task_config import BOOLEANS, option
@@ -159,7 +159,7 @@ class SentenceEmbedding(TextTask):
 
     # === Inference ===
 
-    def run(self, model, features, batch_size=64):
+    def run(self, model, features, batch_size=INFERENCE_BATCH_SIZE):
         """The model's vectors, one a row (`kbert.tasks.inference.run_by_length`).
 
         Pooling reads only the real tokens, so the padding after them is

@@ -39,7 +39,7 @@ import numpy as np
 
 from kbert.config import ENCODER_INPUTS
 from kbert.recipes import Recipe
-from kbert.tasks.base import ENCODE_CHUNK, Task
+from kbert.tasks.base import ENCODE_CHUNK, INFERENCE_BATCH_SIZE, Task
 from kbert.tasks.records import Encoded, WordsExample
 from kbert.tasks.objectives import Tags
 from kbert.tasks.task_config import TaskConfig, learned, option
@@ -296,7 +296,7 @@ class TokenClassification(Task):
 
     # === Inference ===
 
-    def run(self, model, features, batch_size=64):
+    def run(self, model, features, batch_size=INFERENCE_BATCH_SIZE):
         """The logits, batch by batch of similar length (`batches_by_length`).
 
         Returns `logits` `(rows, sequence_length, tags)`, 0 past each batch's

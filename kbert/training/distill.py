@@ -379,7 +379,7 @@ def distill(
         "temperature": temperature, "alpha": alpha,
     }
     metrics = {
-        **dev_figures(task, model, dev_examples, task.encode(dev_examples), batch_size),
+        **dev_figures(task, model, dev_examples, task.encode(dev_examples)),
         "teacher": teacher_figures,
         "distillation": {**distillation, "unlabelled_examples": len(extra), "unlabelled_dropped": dropped},
         **figures,

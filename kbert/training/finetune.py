@@ -273,7 +273,7 @@ def finetune(
         model, train_ds, steps_per_epoch, epochs, resume_dir, first_epoch, curve, len(train_examples),
         strategy=strategy, validation_data=dev_ds, verbose=verbose, callbacks=callbacks,
     )
-    metrics = {**dev_figures(task, model, dev_examples, dev_encoded, batch_size), **figures}
+    metrics = {**dev_figures(task, model, dev_examples, dev_encoded), **figures}
     settings = {
         "bert_config": config.to_dict(),
         "sequence_length": sequence_length,
@@ -391,9 +391,10 @@ def fit_epochs(
     }
 
 
-def dev_figures(task, model, examples, encoded, batch_size):
-    """The task's figures of `model` on the dev `examples`, after `task.tune` on them."""
-    outputs = task.run(model, encoded.features, batch_size)
+def dev_figures(task, model, examples, encoded):
+    """The task's figures of `model` on the dev `examples`, after `task.tune` on them:
+    run in batches of `kbert evaluate`'s size, so that it gives the same figures."""
+    outputs = task.run(model, encoded.features)
     predictions = task.decode(examples, encoded, outputs)
     tuned = task.tune(examples, predictions)
     return {**task.evaluate(examples, predictions), **tuned}

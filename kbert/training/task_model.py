@@ -47,7 +47,7 @@ import keras
 
 from kbert.models import train_on_real_tokens
 from kbert.tasks import DEFAULT_TASK, get_task
-from kbert.tasks.base import Task
+from kbert.tasks.base import INFERENCE_BATCH_SIZE, Task
 from kbert.tasks.inference import replicas
 from kbert.training.batching import eval_dataset, train_dataset, training_bucket_width
 from kbert.training.finetune import DEFAULT_WARMUP_FRACTION
@@ -262,7 +262,7 @@ class TaskModel(keras.Model):
         dataset = eval_dataset(self.task, encoded, batch_size or self.task.recipe.batch_size, replicas(self))
         return super().evaluate(dataset, **kwargs)
 
-    def predict(self, x, batch_size=64, **kwargs):
+    def predict(self, x, batch_size=INFERENCE_BATCH_SIZE, **kwargs):
         """The network's outputs for raw inputs (a dict if several): a row per packed
         row, in the inputs' order; a long text or context may be several windows."""
         _, _, outputs = self._run(self.examples(x), batch_size)
@@ -272,13 +272,13 @@ class TaskModel(keras.Model):
 
     # === The task's answers ===
 
-    def predict_labels(self, x, batch_size=64):
+    def predict_labels(self, x, batch_size=INFERENCE_BATCH_SIZE):
         """What `kbert predict` prints for each input: a label and its scores, a score,
         entities with character offsets, an answer span, a vector, or masked words."""
         examples, encoded, outputs = self._run(self.examples(x), batch_size)
         return self.task.predict_json(examples, self.task.decode(examples, encoded, outputs))
 
-    def figures(self, x, y, batch_size=64):
+    def figures(self, x, y, batch_size=INFERENCE_BATCH_SIZE):
         """The task's figures (`kbert evaluate`'s): accuracy and F1s, Spearman and Pearson,
         entity F1s, or SQuAD's exact match and F1."""
         examples, encoded, outputs = self._run(self.examples(x, y), batch_size, targets=True)
