@@ -26,6 +26,11 @@ def test_the_transformers_peer_runs_named_entities_only(capsys):
         "--dev", os.path.join(CONLL, "dev.txt"), "--impls", "kbert,transformers", "--baselines", "",
     ])
     assert args.impls == ["kbert", "transformers"]
+    # kbert runs the task's default recipe unless a flag says otherwise.
+    assert (args.epochs, args.lr, args.batch_size, args.seq_len) == (3, 5e-5, 8, 128)
+    args = tool.parse_args(["--task", "token-classification", "--train", os.path.join(CONLL, "train.txt"),
+                            "--dev", os.path.join(CONLL, "dev.txt"), "--lr", "1e-4", "--batch-size", "32"])
+    assert (args.epochs, args.lr, args.batch_size, args.seq_len) == (3, 1e-4, 32, 128)
     with pytest.raises(SystemExit):
         tool.parse_args(["--task", "text-pair-regression", "--train", os.path.join(STSB, "train.tsv"),
                          "--dev", os.path.join(STSB, "dev.tsv"), "--impls", "kbert,transformers"])

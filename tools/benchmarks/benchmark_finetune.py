@@ -20,14 +20,16 @@ regression). Prints one JSON object; `--out FILE` writes it too.
         --train ../shared/data/glue-stsb/train.tsv --dev ../shared/data/glue-stsb/dev.tsv \\
         --impls kbert,kbert:head=cross --seeds 0,1,2
 
+Both run the task's recipe (`kbert finetune`'s defaults) unless `--epochs`,
+`--lr`, `--batch-size` or `--seq-len` say otherwise.
+
 Named entities have another peer, `transformers`: Hugging Face's
 `BertForTokenClassification` on PyTorch with run_ner.py's own recipe
-(`transformers_ner.py`, in a process of its own), against kbert's default
-recipe (give it with `--epochs` and `--lr`):
+(`transformers_ner.py`, in a process of its own), against kbert's default:
 
     python tools/benchmarks/benchmark_finetune.py --task token-classification \\
         --train ../shared/data/conll2003/train.txt --dev ../shared/data/conll2003/dev.txt \\
-        --epochs 3 --lr 1e-4 --impls kbert,transformers --seeds 0,1 --baselines ""
+        --impls kbert,transformers --seeds 0,1,2 --baselines ""
 
 Each run also reports `train_loss`, the mean training loss of its last
 epoch, `mean_step_seconds`, its mean step after the first (and
@@ -99,10 +101,11 @@ def parse_args(argv=None):
     parser.add_argument("--init", default="all-minilm-l6-v2")
     parser.add_argument("--impls", default="kbert,keras-hub")
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--epochs", type=positive_int, default=3)
-    parser.add_argument("--lr", type=learning_rate, default=5e-5)
-    parser.add_argument("--batch-size", type=positive_int, default=32)
-    parser.add_argument("--seq-len", type=positive_int, default=128)
+    # Unset, each of these four is the task's recipe's (`kbert finetune`'s default), for every impl.
+    parser.add_argument("--epochs", type=positive_int, help="default: the task's recipe")
+    parser.add_argument("--lr", type=learning_rate, help="default: the task's recipe")
+    parser.add_argument("--batch-size", type=positive_int, help="default: the task's recipe")
+    parser.add_argument("--seq-len", type=positive_int, help="default: the task's recipe")
     parser.add_argument("--dtype", default="auto", help="a dtype policy for both, or auto (as kbert finetune)")
     parser.add_argument("--warmup", type=fraction, default=0.1)
     parser.add_argument("--weight-decay", type=fraction, default=0.01)
@@ -121,6 +124,11 @@ def parse_args(argv=None):
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
     args.dtype = resolve_dtype(args.dtype)
+    recipe = TASKS[args.task].recipe.override(
+        epochs=args.epochs, learning_rate=args.lr, batch_size=args.batch_size, sequence_length=args.seq_len
+    )
+    args.epochs, args.lr = recipe.epochs, recipe.learning_rate
+    args.batch_size, args.seq_len = recipe.batch_size, recipe.sequence_length
     args.impls = [i for i in args.impls.split(",") if i]
     # Each entry's (task options, recipe arguments), parsed once here.
     args.settings = {}
