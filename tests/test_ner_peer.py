@@ -35,6 +35,11 @@ def test_the_transformers_peer_runs_named_entities_only(capsys):
         tool.parse_args(["--task", "text-pair-regression", "--train", os.path.join(STSB, "train.tsv"),
                          "--dev", os.path.join(STSB, "dev.tsv"), "--impls", "kbert,transformers"])
     assert "--impls transformers: runs --task token-classification only" in capsys.readouterr().err
+    # A task with nothing to fine-tune (no recipe) is refused by name.
+    with pytest.raises(SystemExit):
+        tool.parse_args(["--task", "fill-mask", "--train", os.path.join(STSB, "train.tsv"),
+                         "--dev", os.path.join(STSB, "dev.tsv")])
+    assert "--task: invalid choice: 'fill-mask'" in capsys.readouterr().err
 
 
 def test_the_transformers_peer_refuses_unknown_tags_and_checkpoints(tmp_path):

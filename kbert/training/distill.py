@@ -352,7 +352,7 @@ def distill(
     }
     resume_dir, first_epoch, curve = resume_point(out, run, log)
 
-    teacher_figures = teacher_folder.evaluate(dev_examples, dev, batch_size)
+    teacher_figures = teacher_folder.evaluate(dev_examples, dev)  # in `kbert evaluate`'s batches
     encoded = teacher_targets(teacher_folder, task, train_examples, extra, batch_size, log)
     train_ds, steps_per_epoch = batched_dataset(
         task, encoded, batch_size, seed, epochs, first_epoch, training_bucket_width(jit_compile)

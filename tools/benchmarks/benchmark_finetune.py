@@ -95,7 +95,8 @@ def parse_args(argv=None):
     from kbert.tasks import TASKS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", default="text-classification", choices=list(TASKS))
+    parser.add_argument("--task", default="text-classification",
+                        choices=[name for name, task in TASKS.items() if task.trainable])
     parser.add_argument("--train", required=True)
     parser.add_argument("--dev", required=True)
     parser.add_argument("--init", default="all-minilm-l6-v2")
