@@ -19,6 +19,10 @@ class Recipe:
             global batch under a distribution strategy.
         sequence_length: int or None. Packed length; None: the model's own
             (distillation: the teacher's).
+        warmup_fraction: float in [0, 1]. Share of the steps warming the rate
+            up from 0 before its linear decay to 0.
+        weight_decay: float. AdamW's decoupled weight decay (not on LayerNorm
+            and biases).
 
     The data options a recipe was measured with (text classification's
     `--truncate head_tail`) are those options' defaults (`Task.options`).
@@ -28,13 +32,17 @@ class Recipe:
     learning_rate: float
     batch_size: int = 32
     sequence_length: int = 128
+    # google-research/bert's optimization.py: 10% warm-up, weight decay 0.01.
+    warmup_fraction: float = 0.1
+    weight_decay: float = 0.01
 
     def override(self, **values):
         """This recipe with each value given (not None) in place of its own.
 
         Example:
-        >>> Recipe(epochs=2, learning_rate=1e-4).override(epochs=None, learning_rate=3e-5)
-        Recipe(epochs=2, learning_rate=3e-05, batch_size=32, sequence_length=128)
+        >>> recipe = Recipe(epochs=2, learning_rate=1e-4).override(epochs=None, learning_rate=3e-5)
+        >>> recipe.epochs, recipe.learning_rate, recipe.warmup_fraction
+        (2, 3e-05, 0.1)
         """
         return dataclasses.replace(self, **{k: v for k, v in values.items() if v is not None})
 

@@ -92,6 +92,8 @@ def test_finetune_help_shows_each_tasks_recipe():
     text = " ".join(commands()["finetune"].format_help().split())
     assert "--epochs EPOCHS passes over --train; default: the task's recipe (text-classification: 2;" in text
     assert "question-answering: 3e-4)" in text and "question-answering: 384)" in text
+    assert "--warmup WARMUP share of the steps warming up; default: the task's recipe (text-classification: 0.1;" \
+        in text
     assert "(default: auto)" in text
 
 

@@ -62,6 +62,26 @@ def test_fit_on_raw_texts_trains_as_kbert_finetune(tiny, tmp_path):
     np.testing.assert_allclose(model.predict(TEXTS), reference["logits"], atol=1e-5)
 
 
+def test_warmup_and_weight_decay_are_the_tasks_recipes(tiny, tmp_path, monkeypatch):
+    """`TaskModel.fit` and `kbert finetune` both take them from the task's recipe, and still train alike."""
+    from kbert.tasks import get_task
+
+    task = get_task("text-classification")
+    monkeypatch.setattr(task, "recipe", task.recipe.override(warmup_fraction=0.5, weight_decay=0.0))
+    model = trained(tiny)
+    config = model.optimizer.get_config()
+    steps = 2 * -(-len(TEXTS) // 4)
+    assert config["weight_decay"] == 0.0
+    assert config["learning_rate"]["config"]["warmup_steps"] == steps // 2
+    finetune(str(tiny / "data.csv"), str(tiny / "data.csv"), str(tiny / "bert"), str(tmp_path / "m"),
+             epochs=2, batch_size=4, dtype="float32", seed=0, verbose=0)
+    folder = ModelFolder.load(str(tmp_path / "m"))
+    assert (folder.settings["training"]["warmup_fraction"], folder.settings["training"]["weight_decay"]) == (0.5, 0.0)
+    examples = folder.task.examples_from_texts(TEXTS)
+    reference = folder.task.run(folder.model, folder.task.encode(examples, targets=False).features)
+    np.testing.assert_allclose(model.predict(TEXTS), reference["logits"], atol=1e-5)
+
+
 def test_save_and_load_keep_the_tokenizer_and_labels(tiny, tmp_path):
     model = trained(tiny)
     logits = model.predict(TEXTS)

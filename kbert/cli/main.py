@@ -296,6 +296,14 @@ def _add_training_arguments(p, tasks=None):
             "--lr", type=learning_rate,
             help="peak learning rate, in (0, 1]; " + _recipe_default(tasks, "learning_rate", rate),
         )
+        recipe.add_argument(
+            "--warmup", type=fraction,
+            help="share of the steps warming up; " + _recipe_default(tasks, "warmup_fraction"),
+        )
+        recipe.add_argument(
+            "--weight-decay", type=fraction,
+            help="AdamW's decoupled weight decay; " + _recipe_default(tasks, "weight_decay"),
+        )
     else:
         recipe.add_argument(
             "--seq-len", type=positive_int, default=DISTILLATION.sequence_length,
@@ -307,10 +315,12 @@ def _add_training_arguments(p, tasks=None):
             "--lr", type=learning_rate, default=DISTILLATION.learning_rate,
             help=f"peak learning rate, in (0, 1] (default: {rate(DISTILLATION.learning_rate)})",
         )
-    # kbert.training.finetune's DEFAULT_WARMUP_FRACTION and kbert.training.optimizers'
-    # DEFAULT_WEIGHT_DECAY (not imported: --help loads no TensorFlow; tests/test_cli_help.py).
-    recipe.add_argument("--warmup", type=fraction, default=0.1, help="share of the steps warming up")
-    recipe.add_argument("--weight-decay", type=fraction, default=0.01, help="AdamW's decoupled weight decay")
+        recipe.add_argument(
+            "--warmup", type=fraction, default=DISTILLATION.warmup_fraction, help="share of the steps warming up"
+        )
+        recipe.add_argument(
+            "--weight-decay", type=fraction, default=DISTILLATION.weight_decay, help="AdamW's decoupled weight decay"
+        )
     run = p.add_argument_group("how it runs")
     run.add_argument(
         "--dtype", default="auto",

@@ -50,7 +50,6 @@ from kbert.tasks.distillation import distillation_targets
 from kbert.training.batching import batched_dataset, training_bucket_width
 from kbert.training.distribute import compile_for_strategy
 from kbert.training.finetune import (
-    DEFAULT_WARMUP_FRACTION,
     check_training_numbers,
     dev_figures,
     file_identity,
@@ -58,7 +57,7 @@ from kbert.training.finetune import (
     resume_point,
     set_seeds,
 )
-from kbert.training.optimizers import DEFAULT_WEIGHT_DECAY, make_optimizer
+from kbert.training.optimizers import make_optimizer
 
 # DistilBERT's distillation script (Sanh et al., 2019) softens with T = 2 and
 # weighs its soft and hard losses alike.
@@ -254,8 +253,8 @@ def distill(
     batch_size=DISTILLATION.batch_size,
     epochs=DISTILLATION.epochs,
     learning_rate=DISTILLATION.learning_rate,
-    warmup_fraction=DEFAULT_WARMUP_FRACTION,
-    weight_decay=DEFAULT_WEIGHT_DECAY,
+    warmup_fraction=DISTILLATION.warmup_fraction,
+    weight_decay=DISTILLATION.weight_decay,
     jit_compile=False,
     dtype=None,
     seed=0,

@@ -30,10 +30,8 @@ from kbert.training.distribute import (
     log_batch_sizes,
 )
 from kbert.training.backup import AtomicBackup, PendingInterrupt
-from kbert.training.optimizers import DEFAULT_WEIGHT_DECAY, layerwise_multipliers, make_optimizer
+from kbert.training.optimizers import layerwise_multipliers, make_optimizer
 
-# BERT paper, section 4/A.3: warm up over the first 10% of steps.
-DEFAULT_WARMUP_FRACTION = 0.1
 # Training-curve points kept per epoch in metrics.json.
 CURVE_POINTS_PER_EPOCH = 20
 # Beside `out`, a run keeps its epoch checkpoints here until it has written
@@ -104,8 +102,8 @@ def finetune(
     batch_size=None,
     epochs=None,
     learning_rate=None,
-    warmup_fraction=DEFAULT_WARMUP_FRACTION,
-    weight_decay=DEFAULT_WEIGHT_DECAY,
+    warmup_fraction=None,
+    weight_decay=None,
     layer_decay=1.0,
     ema_momentum=None,
     reinit_pooler=False,
@@ -135,13 +133,13 @@ def finetune(
         task: str. A name in `kbert.tasks.TASKS`.
         options: dict. The task's data options (`Task.options`), e.g.
             `{"text_column": "review"}`.
-        sequence_length, batch_size, epochs, learning_rate: the packed length
-            (longer inputs are truncated, or windowed by tasks that window),
-            the global batch, the passes over `train` and the peak rate;
-            each None (the default) takes the task's recipe (`Task.recipe`).
-        warmup_fraction: float. Share of the steps warming the rate up.
-        weight_decay: float. AdamW's decoupled weight decay (not on LayerNorm
-            and biases).
+        sequence_length, batch_size, epochs, learning_rate, warmup_fraction,
+            weight_decay: the packed length (longer inputs are truncated, or
+            windowed by tasks that window), the global batch, the passes
+            over `train`, the peak rate, the share of the steps warming it
+            up and AdamW's decoupled weight decay (not on LayerNorm and
+            biases); each None (the default) takes the task's recipe
+            (`Task.recipe`, a `kbert.recipes.Recipe`).
         layer_decay: float in (0, 1]. Layer-wise learning-rate decay
             (`kbert.training.layerwise_multipliers`); 1 is off.
         ema_momentum: float or None. End on an exponential moving average of
@@ -189,10 +187,11 @@ def finetune(
         )
     recipe = task_class.recipe.override(
         sequence_length=sequence_length, batch_size=batch_size, epochs=epochs,
-        learning_rate=learning_rate,
+        learning_rate=learning_rate, warmup_fraction=warmup_fraction, weight_decay=weight_decay,
     )
     sequence_length, batch_size = recipe.sequence_length, recipe.batch_size
     epochs, learning_rate = recipe.epochs, recipe.learning_rate
+    warmup_fraction, weight_decay = recipe.warmup_fraction, recipe.weight_decay
     check_training_numbers(batch_size, epochs, learning_rate)
     check_callbacks(callbacks)
     if isinstance(strategy, str) and strategy not in STRATEGIES:

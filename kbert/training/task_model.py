@@ -50,7 +50,6 @@ from kbert.tasks import DEFAULT_TASK, get_task
 from kbert.tasks.base import INFERENCE_BATCH_SIZE, Task
 from kbert.tasks.inference import replicas
 from kbert.training.batching import eval_dataset, train_dataset, training_bucket_width
-from kbert.training.finetune import DEFAULT_WARMUP_FRACTION
 from kbert.training.optimizers import make_optimizer
 
 
@@ -221,7 +220,8 @@ class TaskModel(keras.Model):
             total = steps * recipe.epochs
             super().compile(
                 optimizer=make_optimizer("adamw", recipe.learning_rate, total,
-                                         warmup_steps=int(DEFAULT_WARMUP_FRACTION * total)),
+                                         warmup_steps=int(recipe.warmup_fraction * total),
+                                         weight_decay=recipe.weight_decay),
                 **self._recipe_compile,
             )
             self._recipe_compile = None

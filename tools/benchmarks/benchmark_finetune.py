@@ -21,7 +21,7 @@ regression). Prints one JSON object; `--out FILE` writes it too.
         --impls kbert,kbert:head=cross --seeds 0,1,2
 
 Both run the task's recipe (`kbert finetune`'s defaults) unless `--epochs`,
-`--lr`, `--batch-size` or `--seq-len` say otherwise.
+`--lr`, `--batch-size`, `--seq-len`, `--warmup` or `--weight-decay` say otherwise.
 
 Named entities have another peer, `transformers`: Hugging Face's
 `BertForTokenClassification` on PyTorch with run_ner.py's own recipe
@@ -102,14 +102,14 @@ def parse_args(argv=None):
     parser.add_argument("--init", default="all-minilm-l6-v2")
     parser.add_argument("--impls", default="kbert,keras-hub")
     parser.add_argument("--seeds", default="0,1,2")
-    # Unset, each of these four is the task's recipe's (`kbert finetune`'s default), for every impl.
+    # Unset, each of these six is the task's recipe's (`kbert finetune`'s default), for every impl.
     parser.add_argument("--epochs", type=positive_int, help="default: the task's recipe")
     parser.add_argument("--lr", type=learning_rate, help="default: the task's recipe")
     parser.add_argument("--batch-size", type=positive_int, help="default: the task's recipe")
     parser.add_argument("--seq-len", type=positive_int, help="default: the task's recipe")
     parser.add_argument("--dtype", default="auto", help="a dtype policy for both, or auto (as kbert finetune)")
-    parser.add_argument("--warmup", type=fraction, default=0.1)
-    parser.add_argument("--weight-decay", type=fraction, default=0.01)
+    parser.add_argument("--warmup", type=fraction, help="default: the task's recipe")
+    parser.add_argument("--weight-decay", type=fraction, help="default: the task's recipe")
     parser.add_argument("--layer-decay", type=positive_fraction, default=1.0, help="kbert only")
     parser.add_argument("--ema", type=fraction, default=None, help="kbert only")
     parser.add_argument("--reinit-pooler", action="store_true", help="kbert only")
@@ -126,10 +126,12 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     args.dtype = resolve_dtype(args.dtype)
     recipe = TASKS[args.task].recipe.override(
-        epochs=args.epochs, learning_rate=args.lr, batch_size=args.batch_size, sequence_length=args.seq_len
+        epochs=args.epochs, learning_rate=args.lr, batch_size=args.batch_size, sequence_length=args.seq_len,
+        warmup_fraction=args.warmup, weight_decay=args.weight_decay,
     )
     args.epochs, args.lr = recipe.epochs, recipe.learning_rate
     args.batch_size, args.seq_len = recipe.batch_size, recipe.sequence_length
+    args.warmup, args.weight_decay = recipe.warmup_fraction, recipe.weight_decay
     args.impls = [i for i in args.impls.split(",") if i]
     # Each entry's (task options, recipe arguments), parsed once here.
     args.settings = {}

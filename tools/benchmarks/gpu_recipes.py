@@ -48,7 +48,7 @@ from kbert.training.optimizers import (  # noqa: E402
 
 SEEDS = (0, 1, 2, 3, 4)
 BATCH_SIZE = 32
-WARMUP_FRACTION = 0.1  # kbert.training.finetune.DEFAULT_WARMUP_FRACTION
+WARMUP_FRACTION = 0.1  # kbert.recipes.Recipe.warmup_fraction's default
 EVAL_BATCH = 256
 # (data key, implementation, epochs, learning rates), in the order they run:
 # the pairs task whose default is furthest from its target first.
