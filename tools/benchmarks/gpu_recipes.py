@@ -39,6 +39,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from kbert.config import BertConfig  # noqa: E402
 from kbert.models import bert_classifier, bert_encoder, bert_pair_regressor, bert_regressor  # noqa: E402
+from kbert.recipes import Recipe  # noqa: E402
 from kbert.tasks.classification import classification_metrics  # noqa: E402
 from kbert.tasks.text_pair_classification import POSITIVE_LABEL  # noqa: E402
 from kbert.tasks.text_pair_regression import regression_metrics  # noqa: E402
@@ -48,7 +49,7 @@ from kbert.training.optimizers import (  # noqa: E402
 
 SEEDS = (0, 1, 2, 3, 4)
 BATCH_SIZE = 32
-WARMUP_FRACTION = 0.1  # kbert.recipes.Recipe.warmup_fraction's default
+WARMUP_FRACTION = Recipe.warmup_fraction  # every task's recipe's
 EVAL_BATCH = 256
 # (data key, implementation, epochs, learning rates), in the order they run:
 # the pairs task whose default is furthest from its target first.
