@@ -34,6 +34,9 @@ def tiny(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny")
     config = BertConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
                         max_position_embeddings=128)
+    # Seeded: else its weights hang on what the worker drew before (an export case failed
+    # once in a run of the whole suite and passed on every rerun).
+    keras.utils.set_random_seed(0)
     save_hf_checkpoint(bert_encoder(config), config, list(minilm_vocabulary()), str(folder / "bert"))
     with open(folder / "data.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
@@ -499,4 +502,6 @@ def test_every_task_s_folder_exports_within_budget(tiny, tmp_path, task, setting
                           formats="savedmodel,tflite,onnx", latency_runs=1, calibration=str(data),
                           quantizations=QUANTIZED.get(task, "none,fp16,dynamic,int8,16x8"),
                           log=lambda line: None)
-    assert len(report["artefacts"]) >= 3 and report["passed"], report["artefacts"]
+    failed = [{key: entry.get(key) for key in ("path", "quantization", "budget", "metric_drop", "max_abs_diff")}
+              for entry in report["artefacts"] if not entry["passed"]]
+    assert len(report["artefacts"]) >= 3 and not failed, failed
