@@ -3,9 +3,11 @@
 import keras
 from keras import ops
 
-# google-research/bert's optimization.py: weight decay 0.01, no decay on
-# LayerNorm and biases, AdamW epsilon 1e-6, global-norm clipping at 1.0.
-DEFAULT_WEIGHT_DECAY = 0.01
+from kbert.recipes import Recipe
+
+# google-research/bert's optimization.py: weight decay 0.01 (the recipes'),
+# no decay on LayerNorm and biases, AdamW epsilon 1e-6, global-norm clipping at 1.0.
+DEFAULT_WEIGHT_DECAY = Recipe.weight_decay
 DEFAULT_EPSILON = 1e-6
 DEFAULT_GLOBAL_CLIPNORM = 1.0
 # Variable-name fragments that are never decayed: Keras names LayerNorm
