@@ -483,6 +483,8 @@ QUANTIZED = {"question-answering": "none,fp16,dynamic"}
     ("text-pair-classification", {"labels": ["0", "1"]}),
     ("text-pair-regression", {"score_range": (0.0, 4.0)}),
     ("token-classification", {"tags": TAGS, "sequence_length": 16}),
+    # The SavedModel is sent each document joined (one here, the file's), as `encode` reads it.
+    ("token-classification", {"tags": TAGS, "sequence_length": 16, "context": "document"}),
     ("question-answering", {"version_2_with_negative": True, "sequence_length": 24, "doc_stride": 8}),
 ])
 def test_every_task_s_folder_exports_within_budget(tiny, tmp_path, task, settings):

@@ -370,6 +370,102 @@ def test_word_split_setting_and_former_folders(tmp_path):
     assert folder.task.word_split == "none"
 
 
+# === Document context ===
+
+
+def context_task(context="document", sequence_length=32):
+    return task_instance(NAME, {**SETTINGS, "context": context}, sequence_length=sequence_length)
+
+
+def test_conll_documents(tmp_path):
+    """Each -DOCSTART- line begins a document; a file without them, and a JSON Lines file, is one."""
+    path = tmp_path / "docs.txt"
+    path.write_text("-DOCSTART- -X- O\n\nEU B-ORG\n\nrejects O\n-DOCSTART- -X- O\n\nPeter B-PER\n\nBlackburn B-PER\n")
+    assert [e.document for e in TASKS[NAME].read(str(path))] == [1, 1, 2, 2]
+    path.write_text("EU B-ORG\n\nrejects O\n")
+    assert [e.document for e in TASKS[NAME].read(str(path))] == [0, 0]
+    jsonl = tmp_path / "docs.jsonl"
+    jsonl.write_text('{"tokens": ["EU"], "tags": ["B-ORG"]}\n{"tokens": ["rejects"], "tags": ["O"]}\n')
+    assert [e.document for e in TASKS[NAME].read(str(jsonl))] == [0, 0]
+
+
+def test_document_context_reads_each_document_in_windows(dev):
+    """Under "document" the sentences of each document are read in the windows of their words
+    joined into one sentence, raw texts alone; every word's tag is read back at its sentence."""
+    from kbert.tasks.token_classification import joined
+
+    task, alone = context_task(), context_task("sentence")
+    raw = task.examples_from_texts(["Peter Blackburn met the EU in Brussels ."])[0]
+    first, second = dev[:40], [dataclasses.replace(e, document=1) for e in dev[40:70]]
+    examples = first + [raw] + second
+    encoded = task.encode(examples, targets=False)
+    expected = alone.encode([joined(first), raw, joined(second)], targets=False)
+    for name in ("token_ids", "padding_mask"):
+        np.testing.assert_array_equal(encoded.features[name], expected.features[name])
+    for name in ("word_row", "word_position"):
+        np.testing.assert_array_equal(encoded.extra[name], expected.extra[name])
+    assert len(encoded) < len(alone.encode(examples, targets=False))  # sentences share windows
+    assert encoded.extra["word_splits"].tolist() == np.cumsum([0] + [len(e.words) for e in examples]).tolist()
+    rows_of_raw = encoded.extra["word_row"][encoded.extra["word_splits"][40] : encoded.extra["word_splits"][41]]
+    assert set(encoded.example_of_row[rows_of_raw]) == {40}
+    assert (np.diff(encoded.example_of_row) >= 0).all()
+    tagged = task.encode(first + second)
+    predictions = task.decode(first + second, tagged, one_hot(tagged, task))
+    assert [p["tags"] for p in predictions] == [e.tags for e in first + second]
+
+
+def test_training_rows_add_document_windows(dev):
+    """Training under "document" reads each sentence alone and in its document's windows, every
+    word tagged in both; under "sentence" it is `encode`'s rows."""
+    examples = dev[:50]
+    task, alone = context_task(), context_task("sentence")
+    rows, sentences, windows = task.training_rows(examples), alone.encode(examples), task.encode(examples)
+    assert len(rows) == len(sentences) + len(windows)
+    for name in ("token_ids", "padding_mask"):
+        np.testing.assert_array_equal(rows.features[name], np.concatenate(
+            [sentences.features[name], windows.features[name]]))
+    words = sum(len(e.words) for e in examples)
+    assert (rows.targets != IGNORED).sum() == 2 * words == 2 * (windows.targets != IGNORED).sum()
+    plain = alone.training_rows(examples)
+    np.testing.assert_array_equal(plain.features["token_ids"], sentences.features["token_ids"])
+    raw = task.examples_from_texts(["Peter Blackburn met the EU ."])
+    assert len(task.training_rows(task.examples_from_inputs([["EU", "rejects"]], [["B-ORG", "O"]]))) == 1
+    assert len(task.encode(raw, targets=False)) == 1
+
+
+def test_served_documents_land_where_encode_reads_them(tmp_path, dev):
+    """The SavedModel's check sends each document as one text: every word's served logits land
+    at the row and position `encode` reads it from, and equal the Keras model's there."""
+    from kbert.export.savedmodel import ServingModule
+    from kbert.export.serving import serving_for
+
+    folder = ModelFolder.load(write_task_folder(tmp_path / "model", NAME, {**SETTINGS, "context": "document"}, TINY))
+    folder.use_options({})
+    task, serving = folder.task, serving_for(folder.task)
+    examples = dev[:30] + [dataclasses.replace(e, document=1) for e in dev[30:45]]
+    module = ServingModule(folder, {})
+    served = serving.text_outputs(lambda strings: module.serve_text(tf.constant(strings["text"])), examples, 8)
+    encoded = task.encode(examples, targets=False)
+    words = encoded.extra["word_row"], encoded.extra["word_position"]
+    assert served["compared"][words].all() and served["compared"].sum() == len(words[0])
+    assert serving.agreement(served, task.run(folder.model, encoded.features))["max_abs_diff"] < 1e-4
+
+
+def test_context_setting_and_former_folders(tmp_path):
+    """The context is stored with the model; a folder written before it read sentences alone."""
+    task = task_instance(NAME, SETTINGS)
+    assert task.context == "sentence"
+    task.use_options({"context": "document"})
+    assert task.settings()["context"] == "document"
+    config = TASKS[NAME].Config
+    assert config.create(config.with_formers({"tags": SETTINGS["tags"]})).context == "sentence"
+    with pytest.raises(ValueError, match="context='page'; expected one of sentence, document"):
+        task.use_options({"context": "page"})
+    folder = ModelFolder.load(write_task_folder(tmp_path / "model", NAME, SETTINGS, TINY))
+    folder.use_options({})
+    assert folder.task.context == "sentence"
+
+
 # === Bad input: one line naming file and line, nothing written ===
 
 

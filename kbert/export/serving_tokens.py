@@ -75,23 +75,33 @@ class TokenServing(Serving):
         The signature splits each text into words itself; a pre-split word
         (CoNLL's "1996-08-22") may be several of its words, and is read from
         the first, whose first piece is the same (and, for BIOES, from its
-        last part's, the word `word_parts - 1` on). Returns `logits` and
+        last part's, the word `word_parts - 1` on). Sentences `encode` reads
+        together (`context` "document") are sent as one text, joined by
+        spaces, as an app would send the document. Returns `logits` and
         `compared`, the positions it filled (where agreement is measured).
         """
         encoded = self.task.encode(examples, targets=False)
         logits = np.zeros(encoded.features["token_ids"].shape + (len(self.task.tags),), np.float32)
         compared = np.zeros(encoded.features["token_ids"].shape, bool)
         texts = self.strings(examples)["text"]
+        groups = self.task.read_together(examples)
+        # Each example's text and where it begins in its group's text.
+        offsets = np.zeros(len(examples), np.int64)
+        for group in groups:
+            offsets[group] = np.cumsum([0] + [len(text) + 1 for text in texts[group]][:-1])
         extra = encoded.extra
-        for begin in range(0, len(examples), batch_size):
-            result = call({"text": texts[begin : begin + batch_size]})
+        for begin in range(0, len(groups), batch_size):
+            batch = groups[begin : begin + batch_size]
+            result = call({"text": [" ".join(texts[group]) for group in batch]})
             served_starts = np.asarray(result["starts"])
             word_logits = np.asarray(result["word_logits"])
-            for i, example in enumerate(examples[begin : begin + batch_size]):
+            for i, group in enumerate(batch):
                 index = {int(s): j for j, s in enumerate(served_starts[i]) if s >= 0}
-                words = range(extra["word_splits"][begin + i], extra["word_splits"][begin + i + 1])
-                for word, start in zip(words, word_offsets(example)[1]):
-                    if start in index:
+                for e in range(group.start, group.stop):
+                    words = range(extra["word_splits"][e], extra["word_splits"][e + 1])
+                    for word, start in zip(words, offsets[e] + np.asarray(word_offsets(examples[e])[1])):
+                        if start not in index:
+                            continue
                         at = extra["word_row"][word], extra["word_position"][word]
                         logits[at] = word_logits[i, index[start]]
                         compared[at] = True

@@ -21,14 +21,19 @@ CONLL_MAX_COLUMNS = 5
 
 
 def read_conll(path, targets):
-    """CoNLL sentences: one token a line, whitespace-separated columns, tag last."""
+    """CoNLL sentences: one token a line, whitespace-separated columns, tag last.
+
+    Each `-DOCSTART-` line begins a new document (`WordsExample.document`);
+    a file without them is one.
+    """
     examples, words, tags, lines = [], [], [], []
+    document = 0
 
     def close():
         if words:
             examples.append(WordsExample(
                 words=list(words), tags=list(tags) if targets else None,
-                lines=list(lines), line=lines[0],
+                lines=list(lines), line=lines[0], document=document,
             ))
             words.clear(), tags.clear(), lines.clear()
 
@@ -44,6 +49,8 @@ def read_conll(path, targets):
         columns = line.split()
         if not columns or columns[0] == DOCSTART:
             close()
+            if columns:  # -DOCSTART-
+                document += 1
             continue
         if targets and len(columns) < 2:
             raise ValueError(
@@ -77,7 +84,7 @@ def looks_like_conll(lines):
 
 
 def read_jsonl(path, targets):
-    """JSON Lines sentences: `{"tokens": [...], "tags": [...]}` a line."""
+    """JSON Lines sentences: `{"tokens": [...], "tags": [...]}` a line; the file is one document."""
     examples = []
     for number, line in enumerate(read_text(path).splitlines(), 1):
         if not line.strip():
@@ -109,5 +116,5 @@ def read_jsonl(path, targets):
                 f"{path}, line {number}: {len(words)} tokens need as many string tags; "
                 f"got {json.dumps(tags)[:80]}"
             )
-        examples.append(WordsExample(words=words, tags=tags, lines=[number] * len(words), line=number))
+        examples.append(WordsExample(words=words, tags=tags, lines=[number] * len(words), line=number, document=0))
     return examples

@@ -42,6 +42,10 @@ class WordsExample:
         text: str or None. The raw text the words were cut from (`kbert
             predict TEXT`), whose characters `starts` and `ends` index.
         starts, ends: lists of int, each word's span in `text`, or None.
+        document: int or None. Consecutive sentences of the same number are
+            one document (a file's, up to a `-DOCSTART-` line), read
+            together under `--context document`; None: the sentence is
+            read alone (a raw text).
     """
 
     words: list
@@ -51,6 +55,7 @@ class WordsExample:
     text: str = None
     starts: list = None
     ends: list = None
+    document: int = None
 
 
 @dataclasses.dataclass(frozen=True)

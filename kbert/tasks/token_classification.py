@@ -68,6 +68,14 @@ F1_BUDGETS = {"fp16": 0.005, "dynamic": 0.005, "int8": 0.005, "16x8": 0.005}
 # option existed names none: it was trained on whole tokens.
 WORD_SPLITS = ("raw", "none")
 FORMER_WORD_SPLIT = "none"
+# `context`: what a sentence of a data file is read with. "document": the
+# sentences around it, in file order, up to a -DOCSTART- line (a file
+# without them is one document): each document is read in windows as one
+# long sentence; training adds these windows to the sentences alone, so that
+# a sentence given alone (raw text) reads as well as before. "sentence": each
+# sentence alone. A model folder written before the option read sentences alone.
+CONTEXTS = ("sentence", "document")
+FORMER_CONTEXT = "sentence"
 # docs/tasks/token-classification.md: MiniLM on CoNLL-2003, 3 epochs at 5e-5
 # in batches of 8 (run_ner.py's), dev entity F1 90.81 over seeds 0-2, paired
 # +0.57 above batch 32 at 1e-4 (90.24), itself a point above batch 32 at 5e-5.
@@ -91,6 +99,11 @@ class TokenClassification(Task):
             "how training splits each data token: raw as predict splits raw text (U.S. -> "
             "U . S ., later words inside the token's entity), none keeps it one word",
             WORD_SPLITS[0], WORD_SPLITS, former=FORMER_WORD_SPLIT,
+        )
+        context: str = option(
+            "what a data file's sentence is read with: sentence alone, or document, the sentences "
+            "around it in file order up to -DOCSTART- (trained on both); raw texts are read alone",
+            CONTEXTS[0], CONTEXTS, former=FORMER_CONTEXT,
         )
 
     recipe = RECIPE
@@ -221,13 +234,50 @@ class TokenClassification(Task):
                 if error:
                     raise ValueError(f"y[{i}]: {error[1]}; the model's scheme is {self.scheme}")
                 tags = list(tags)
-            examples.append(WordsExample(words=list(words), tags=tags, lines=[i + 1] * len(words), line=i + 1))
+            examples.append(WordsExample(
+                words=list(words), tags=tags, lines=[i + 1] * len(words), line=i + 1, document=0,
+            ))
         return examples
 
     # === Preprocessing ===
 
     def encode(self, examples, targets=True):
-        """Windows of `examples`' pieces; `extra` says where each word's first piece went.
+        """Windows of `examples`' pieces, each document's together under `context` "document";
+        `extra` says where each word's first piece went (`encode_words`)."""
+        if self.context != "document":
+            return self.encode_words(examples, targets)
+        encoded = self._joined_rows(examples, self.read_together(examples), targets)
+        encoded.extra["word_splits"] = np.cumsum([0] + [len(example.words) for example in examples])
+        return encoded
+
+    def training_rows(self, examples):
+        """Each sentence alone, and under `context` "document" the windows of each document too."""
+        alone = self.encode_words(examples)
+        groups = [group for group in self.read_together(examples) if group.stop - group.start > 1]
+        if not groups:
+            return alone
+        together = self._joined_rows(examples, groups, targets=True)
+        return Encoded(
+            {name: np.concatenate([alone.features[name], together.features[name]]) for name in ENCODER_INPUTS},
+            np.concatenate([alone.targets, together.targets]),
+            np.concatenate([alone.example_of_row, together.example_of_row]),
+        )
+
+    def _joined_rows(self, examples, groups, targets):
+        """`encode_words` of each group of `examples` (slices) joined into one; a row's
+        example is that of the first word read from it (or after it)."""
+        encoded = self.encode_words([joined(examples[group]) for group in groups], targets)
+        sentence_of_word = np.concatenate([
+            np.repeat(np.arange(group.start, group.stop), [len(example.words) for example in examples[group]])
+            for group in groups
+        ])
+        first_word = np.full(len(encoded), len(sentence_of_word) - 1)
+        np.minimum.at(first_word, encoded.extra["word_row"], np.arange(len(sentence_of_word)))
+        encoded.example_of_row = sentence_of_word[np.minimum.accumulate(first_word[::-1])[::-1]]
+        return encoded
+
+    def encode_words(self, examples, targets=True):
+        """Windows of each example's pieces; `extra` says where each word's first piece went.
 
         Each word is cut into parts (`word_part_ids`: with `word_split` "raw", the
         words raw text would give; else the word itself). Every part's first
@@ -271,6 +321,12 @@ class TokenClassification(Task):
             target = np.full(features["token_ids"].shape, IGNORED, np.int32)
             target[part_row, part_position] = self._part_tag_ids(examples, counts)
         return Encoded(features, target, example_of_row, extra)
+
+    def read_together(self, examples):
+        """Slices of `examples` read as one: each document under `context` "document", else each example."""
+        if self.context != "document":
+            return [slice(i, i + 1) for i in range(len(examples))]
+        return documents(examples)
 
     def windows(self, word_ids):
         """`word_windows` of this task's length, stride and packer (TensorFlow ops)."""
@@ -358,6 +414,28 @@ class TokenClassification(Task):
 
     def serving_request(self, example):
         return {"text": word_offsets(example)[0]}
+
+
+def documents(examples):
+    """Slices of `examples`: each run of consecutive examples of one `document`, and each example without one."""
+    groups, begin = [], 0
+    for i in range(1, len(examples) + 1):
+        if i == len(examples) or examples[i].document is None or examples[i].document != examples[begin].document:
+            groups.append(slice(begin, i))
+            begin = i
+    return groups
+
+
+def joined(examples):
+    """One `WordsExample` of `examples`' words (and tags and lines) in order."""
+    if len(examples) == 1:
+        return examples[0]
+    tags = None if examples[0].tags is None else [tag for example in examples for tag in example.tags]
+    lines = None if examples[0].lines is None else [line for example in examples for line in example.lines]
+    return WordsExample(
+        words=[word for example in examples for word in example.words], tags=tags, lines=lines,
+        line=examples[0].line, document=examples[0].document,
+    )
 
 
 def word_offsets(example):
