@@ -174,6 +174,22 @@ def test_soft_target_loss_matches_numpy(temperature, alpha):
     assert float(loss({TARGET: moved, TEACHER: teacher, HARD_WEIGHT: weight}, student)) == pytest.approx(got, abs=1e-6)
 
 
+def test_tagger_teacher_targets_are_its_training_rows(tmp_path):
+    """A named-entity teacher labels the rows the task trains on: each sentence alone and,
+    under `--context document`, its document's windows."""
+    settings = {**SETTINGS["token-classification"], "context": "document"}
+    teacher = ModelFolder.load(write_task_folder(tmp_path / "teacher", "token-classification", settings, TINY))
+    task = teacher.task
+    examples = task.examples_from_inputs([["Anna", "flew", "to", "Paris"], ["Bob", "met", "Anna", "in", "Rome"]],
+                                         [["B-PER", "O", "O", "B-LOC"], ["B-PER", "O", "B-PER", "O", "B-LOC"]])
+    encoded = teacher_targets(teacher, task, examples, [], 8, log=lambda line: None)
+    rows = task.training_rows(examples)
+    assert task.context == "document" and len(encoded) == len(rows) == len(examples) + 1
+    np.testing.assert_array_equal(encoded.features["token_ids"], rows.features["token_ids"])
+    logits = teacher.outputs(encoded.features)["logits"]
+    np.testing.assert_allclose(encoded.targets[TEACHER], logits, atol=OUTPUT_TOLERANCE)
+
+
 @pytest.mark.parametrize("temperature, alpha", [(2.0, 0.5), (1.0, 0.0), (3.0, 1.0)])
 def test_soft_target_loss_masks_ignored_tokens(temperature, alpha):
     import keras
