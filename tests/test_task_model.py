@@ -184,8 +184,9 @@ def test_token_classification_trains_saves_and_serves(tiny, tmp_path):
     model.compile()
     model.fit(WORDS, WORD_TAGS, epochs=2, batch_size=2, verbose=0)
     x = [*WORDS, LONG_TEXT]  # word lists and raw texts both
-    logits = model.predict(WORDS)
-    assert logits.shape == (len(WORDS), 16, len(TAGS))
+    logits = model.predict(WORDS)  # a row per window of 16 pieces
+    assert logits.shape[1:] == (16, len(TAGS))
+    assert len(logits) == len(model.task.encode(model.examples(WORDS), targets=False))
     model.save(tmp_path / "tagger.keras")
     loaded = keras.saving.load_model(tmp_path / "tagger.keras")
     assert isinstance(loaded, TaskModel) and loaded.task.tags == TAGS

@@ -31,7 +31,8 @@ CONLL = os.path.join(REPO, "..", "shared", "data", "conll2003")
 DOCS = os.path.join(REPO, "docs", "tasks", "token-classification.md")
 NAME = "token-classification"
 TAGS = ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
-SETTINGS = {"tags": TAGS, "scheme": "IOB2", "word_split": "none"}  # whole CoNLL tokens
+# Whole CoNLL tokens, each sentence read alone (the window tests follow google-research/bert's on each).
+SETTINGS = {"tags": TAGS, "scheme": "IOB2", "word_split": "none", "context": "sentence"}
 # Text beyond CoNLL's: accents, CJK, Greek, control and zero-width characters,
 # special tokens, punctuation inside words.
 HARD_TEXTS = [
@@ -457,6 +458,8 @@ def test_context_setting_and_former_folders(tmp_path):
     assert task.context == "sentence"
     task.use_options({"context": "document"})
     assert task.settings()["context"] == "document"
+    assert TASKS[NAME].resolve_options({})["context"] == "sentence"
+    assert task_instance(NAME, {"tags": TAGS}).context == "sentence"  # a new model's
     config = TASKS[NAME].Config
     assert config.create(config.with_formers({"tags": SETTINGS["tags"]})).context == "sentence"
     with pytest.raises(ValueError, match="context='page'; expected one of sentence, document"):
@@ -464,6 +467,8 @@ def test_context_setting_and_former_folders(tmp_path):
     folder = ModelFolder.load(write_task_folder(tmp_path / "model", NAME, SETTINGS, TINY))
     folder.use_options({})
     assert folder.task.context == "sentence"
+    folder.use_options({"context": "document"})  # evaluate --context document
+    assert folder.task.context == "document"
 
 
 # === Bad input: one line naming file and line, nothing written ===
