@@ -401,8 +401,10 @@ def test_rows_made_one_at_a_time_keep_their_groups(tmp_path):
     from tests.test_adding_a_task import CHOICES, MultipleChoice, groups, write_examples
 
     class MadeOneAtATime(MultipleChoice):
-        def training_rows(self, examples):
+        def training_rows(self, examples, packed=False):
             encoded = self.encode(examples)
+            if packed:
+                return encoded
             lengths = encoded.features["padding_mask"].sum(axis=1)
             return Rows(lengths, lambda i: ({name: encoded.features[name][i, :lengths[i]] for name in ENCODER_INPUTS},
                                             {"score": encoded.targets[i]}), ("score",), group_size=CHOICES)

@@ -316,6 +316,13 @@ def test_training_rows_are_streamed_and_counted(cmrc_path):
     validation = eval_dataset(task, encoded, 8)
     assert not dataset.options().autotune.enabled and not validation.options().autotune.enabled
     assert sum(len(targets["start_logits"]) for _, targets in validation) == len(expected)
+    # Packed, for a teacher to label (kbert distill): encode's rows, counted as training counts them.
+    task.train_figures = {}
+    packed = task.training_rows(examples, packed=True)
+    assert task.train_figures["train_rows"] == len(expected)
+    for name in encoded.features:
+        np.testing.assert_array_equal(packed.features[name], encoded.features[name])
+    np.testing.assert_array_equal(packed.learned, encoded.learned)
 
 
 # === Post-processing and the serving graph ===

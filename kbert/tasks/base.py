@@ -171,10 +171,11 @@ class Task(ConfigFields):
         """`Encoded` rows for `examples`."""
         raise NotImplementedError
 
-    def training_rows(self, examples):
+    def training_rows(self, examples, packed=False):
         """The rows a model trains on: `Encoded` (default: `encode`'s), or `Rows`
         made one at a time for sets too big to hold packed
-        (`kbert.training.batching` batches either)."""
+        (`kbert.training.batching` batches either). `packed`: `Encoded` always,
+        for a teacher to label at once (`kbert distill`)."""
         return self.encode(examples)
 
     # === Model: the `objective`'s (`kbert.tasks.objectives`) ===

@@ -168,7 +168,10 @@ class QuestionAnswering(Task):
     # === Preprocessing ===
 
     def encode(self, examples, targets=True):
-        questions = prepare(self, examples, targets)
+        return self._encoded(prepare(self, examples, targets), targets)
+
+    def _encoded(self, questions, targets):
+        """`Encoded` rows of every window of `questions` (`prepare`'s)."""
         rows = question_rows(questions)
         features = {name: np.zeros((len(rows), self.sequence_length), np.int32) for name in ENCODER_INPUTS}
         starts, ends = np.zeros(len(rows), np.int32), np.zeros(len(rows), np.int32)
@@ -187,18 +190,21 @@ class QuestionAnswering(Task):
             learned=np.array([not questions[q].skipped for q in rows[:, 0]], bool) if targets else None,
         )
 
-    def training_rows(self, examples):
+    def training_rows(self, examples, packed=False):
         """`Rows` made on the fly, so memory holds no `(rows, sequence_length)` arrays.
 
         The contexts' WordPieces are kept once each, ragged. Questions whose
         answer run_squad.py cannot find are left out, and counted in
-        `train_figures`.
+        `train_figures`. `packed`: `encode`'s rows instead, those questions'
+        windows kept and marked not learned (`Encoded.learned`).
         """
         questions = prepare(self, examples)
         rows = question_rows(questions, learned_only=True)
         if not len(rows):
             raise ValueError("no training question is left once unfindable answers are skipped")
         self.train_figures = train_figures(questions, rows)
+        if packed:
+            return self._encoded(questions, targets=True)
 
         def row(index):
             q, w = rows[index]

@@ -254,8 +254,9 @@ class TokenClassification(Task):
         encoded.extra["word_splits"] = np.cumsum([0] + [len(example.words) for example in examples])
         return encoded
 
-    def training_rows(self, examples):
-        """Each sentence alone, and under `context` "document" the windows of each document too."""
+    def training_rows(self, examples, packed=False):
+        """Each sentence alone, and under `context` "document" the windows of each document too
+        (`Encoded` always)."""
         alone = self.encode_words(examples)
         groups = [group for group in self.read_together(examples) if group.stop - group.start > 1]
         if not groups:

@@ -403,12 +403,9 @@ def teacher_targets(teacher, task, examples, unlabelled, batch_size, log):
     rows get placeholder targets (zeros) of hard-loss weight 0, as do the rows
     the task does not learn from (`Encoded.learned`: question answering's
     windows of questions whose answer cannot be found). The rows are those the task
-    trains on (`Task.training_rows`: named entities' document windows too), or
-    `encode`'s where it makes them one at a time.
+    trains on, packed (`Task.training_rows`: named entities' document windows too).
     """
-    encoded = task.training_rows(examples)
-    if not isinstance(encoded, Encoded):
-        encoded = task.encode(examples)
+    encoded = task.training_rows(examples, packed=True)
     features, targets = encoded.features, encoded.targets
     hard_weight = np.ones(len(encoded), np.float32)
     if encoded.learned is not None:
