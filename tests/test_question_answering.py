@@ -322,6 +322,8 @@ def test_training_rows_are_streamed_and_counted(cmrc_path):
     assert task.train_figures["train_rows"] == len(expected)
     for name in encoded.features:
         np.testing.assert_array_equal(packed.features[name], encoded.features[name])
+    for name in encoded.targets:
+        np.testing.assert_array_equal(packed.targets[name], encoded.targets[name])
     np.testing.assert_array_equal(packed.learned, encoded.learned)
 
 
