@@ -10,6 +10,10 @@ import math
 import textwrap
 
 
+# The repository's example data, as the commands' examples name it.
+DEBIAN = "data/debian-packages"
+
+
 def positive_int(value):
     """An integer of at least 1."""
     try:
@@ -177,3 +181,15 @@ def add_command(sub, name, help, examples, description=None, usage=None):
         name, help=help, description=description or help[0].upper() + help[1:] + ".",
         epilog=examples_epilog(*examples), formatter_class=HelpFormatter, usage=usage,
     )
+
+
+def task_options(args, names=None):
+    """The task data options given on the command line (None where not given).
+
+    `names`: the options to take; default every task's.
+    """
+    if names is None:
+        from kbert.tasks import TASKS
+
+        names = {o.name for task in TASKS.values() for o in task.options}
+    return {name: getattr(args, name, None) for name in names}

@@ -1,5 +1,6 @@
 """What every `kbert` command reads and writes, and how it stops.
 
+- Results: `print_json` prints one JSON line, and refuses NaN and infinity.
 - Texts: `read_texts` reads a .txt file (one text a line) or a .json list,
   and names the file and line of what it refuses.
 - Output files: `check_output_file` refuses, before any work, a file kbert
@@ -26,6 +27,15 @@ class CliError(Exception):
 
 # Exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
+
+
+def print_json(value):
+    """One JSON line on stdout; NaN and infinity are refused, never printed."""
+    try:
+        line = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise CliError("the result holds NaN or infinity; the model is broken") from None
+    print(line)
 
 
 def read_texts(path, option="--input"):

@@ -8,8 +8,8 @@ import shlex
 import subprocess
 import sys
 
-from kbert.cli.main import DESCRIPTION, _task_options, build_parser
-from kbert.cliargs import rate
+from kbert.cli.main import DESCRIPTION, build_parser
+from kbert.cliargs import rate, task_options
 from kbert.recipes import DISTILLATION, Recipe
 from kbert.tasks import TASKS
 
@@ -141,7 +141,7 @@ def _resolved(argv):
     recipe = task.recipe.override(
         sequence_length=args.seq_len, batch_size=args.batch_size, epochs=args.epochs, learning_rate=args.lr
     )
-    options = _task_options(args)
+    options = task_options(args)
     settings = {k: v for k, v in vars(args).items()
                 if k not in {"seq_len", "batch_size", "epochs", "lr", "run", *options}}
     return recipe, task.resolve_options(options), settings

@@ -1,7 +1,8 @@
 """The `kbert` command line: `main` (the console entry point) and `build_parser`.
 
-`kbert.cli.main` holds the parser and the task commands; the pretraining
-commands are in `kbert.cli.pretraining`, export's in `kbert.export.cli`.
+`kbert.cli.main` holds the parser and `main`; the commands are in
+`kbert.cli.training` (finetune, distill), `kbert.cli.use` (evaluate, predict,
+embed, search), `kbert.cli.pretraining` and `kbert.export.cli` (export).
 """
 
 from kbert.cli.main import build_parser, main

@@ -1,0 +1,178 @@
+"""The commands of `kbert` that put a model to work: evaluate, predict, embed, search.
+
+`add_use_commands(subparsers, tasks, embedding_tasks)` adds them; each `cmd_*`
+runs one and imports TensorFlow only then, so `kbert --help` stays instant.
+"""
+
+import json
+import os
+
+from kbert.cliargs import DEBIAN, add_command, add_model_arguments, add_task_options, positive_int, task_options
+from kbert.cliio import CliError, check_output_file, is_npy, print_json, read_texts
+from kbert.fileio import write_file
+
+
+def _load_model_folder(args):
+    """The model of `--model` (and `--task`) and its data options (stored, then given)."""
+    from kbert.modelfolder import open_model
+
+    given = task_options(args)
+    folder = open_model(args.model, args.task, given, args.seq_len)
+    return folder, folder.use_options(given)
+
+
+def cmd_evaluate(args):
+    folder, options = _load_model_folder(args)
+    examples = folder.task.read(args.data, options)
+    metrics = folder.evaluate(examples, source=args.data, batch_size=args.batch_size)
+    print_json(metrics)
+
+
+# `predict --input` files read by the task's data reader (without targets);
+# any other is texts: a .json list, or one text a line.
+PREDICT_DATA_FILES = (".csv", ".tsv", ".jsonl", ".conll")
+
+
+def cmd_predict(args):
+    if bool(args.texts) == bool(args.input):
+        raise CliError("give either TEXT arguments or --input FILE")
+    folder, options = _load_model_folder(args)
+    task = folder.task
+    if args.input and os.path.splitext(args.input)[1].lower() in PREDICT_DATA_FILES:
+        examples = task.read(args.input, options, targets=False)
+    else:
+        examples = task.examples_from_texts(args.texts or read_texts(args.input))
+    rows = task.predict_json(examples, folder.predict(examples, batch_size=args.batch_size))
+    for row in rows:
+        print_json(row)
+
+
+def cmd_embed(args):
+    import numpy as np
+
+    if not args.output.endswith(".npy"):
+        raise CliError(f"--output {args.output}: expected a .npy file name")
+    check_output_file(
+        "--output", args.output, args.overwrite, is_npy, "a .npy array file",
+        {"--input": args.input, "--model": args.model},
+    )
+    texts = read_texts(args.input)
+    folder, _ = _load_model_folder(args)
+    embeddings = folder.embed(texts, batch_size=args.batch_size)
+    write_file(args.output, lambda f: np.save(f, embeddings))
+    print(json.dumps({"output": args.output, "shape": list(embeddings.shape)}))
+
+
+def cmd_search(args):
+    from kbert import search
+
+    queries = list(args.queries) + (read_texts(args.queries_file, "--queries") if args.queries_file else [])
+    if args.corpus:
+        if not args.model:
+            raise CliError("--corpus needs --model: the model that embeds it")
+        check_output_file(
+            "--index", args.index, args.overwrite, search.is_index, "a kbert index",
+            {"--corpus": args.corpus, "--queries": args.queries_file, "--model": args.model},
+        )
+        folder, _ = _load_model_folder(args)
+        texts, lines = search.read_corpus(args.corpus, args.text_column)
+        print_json(search.build_index(folder, texts, lines, args.index, args.corpus, args.batch_size))
+        if not queries:
+            return
+        index = search.load_index(args.index)
+    else:
+        if not queries:
+            raise CliError("give QUERY arguments or --queries FILE, or --corpus to build the index")
+        index = search.load_index(args.index)
+        folder = search.index_model(index, args.index, args.model)
+    rows, scores = search.search(index, folder.embed(queries, batch_size=args.batch_size), args.top_k)
+    for query, found, score in zip(queries, rows, scores):
+        print_json({
+            "query": query,
+            "results": [
+                {"score": float(s), "line": int(index.lines[i]), "text": index.text(i)}
+                for i, s in zip(found, score)
+            ],
+        })
+
+
+def add_use_commands(sub, tasks, embedding_tasks):
+    """evaluate, predict, embed, search: a model folder (or a checkpoint and a task) at work."""
+    from kbert.tasks import EMBEDDING_TASK
+
+    p = add_command(
+        sub, "evaluate", "the task's metrics of a model on a labelled file, as JSON",
+        (
+            f"kbert evaluate --model runs/debian-minilm --data {DEBIAN}/dev.csv",
+            f"kbert evaluate --model runs/debian-minilm --data {DEBIAN}/dev.csv --truncate longest_first",
+            "kbert evaluate --model all-minilm-l6-v2 --task sentence-embedding --data sts-dev.tsv",
+        ),
+    )
+    add_model_arguments(p)
+    p.add_argument("--data", required=True, help="labelled data in the task's format")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="texts per inference batch")
+    add_task_options(p, tasks, stored=True)
+    p.set_defaults(run=cmd_evaluate)
+
+    p = add_command(
+        sub, "predict", "the task's predictions as JSON lines",
+        (
+            'kbert predict --model runs/debian-minilm "an IMAP mail client for the terminal"',
+            "kbert predict --model runs/debian-minilm --input texts.txt",
+            'kbert predict --model runs/squad "Who led the Normans?" "Rollo led the Normans to Normandy."',
+        ),
+    )
+    add_model_arguments(p)
+    p.add_argument("texts", nargs="*", metavar="TEXT", help="texts to predict (or --input)")
+    p.add_argument(
+        "--input",
+        help="a .txt file (one text per line), a .json list, or a data file in the task's "
+        "format (.csv, .tsv, .jsonl)",
+    )
+    p.add_argument("--batch-size", type=positive_int, default=64, help="texts per inference batch")
+    add_task_options(p, tasks, stored=True)
+    p.set_defaults(run=cmd_predict)
+
+    p = add_command(
+        sub, "embed", "sentence embeddings (float32, one row per text) to a .npy file",
+        (
+            "kbert embed --model all-minilm-l6-v2 --input texts.txt --output embeddings.npy",
+            "kbert embed --model all-minilm-l6-v2 --input texts.json --output embeddings.npy --pooling cls",
+        ),
+    )
+    add_model_arguments(p, task=EMBEDDING_TASK)
+    p.add_argument("--input", required=True, help="a .txt file (one text per line) or a .json list")
+    p.add_argument("--output", required=True, help="the .npy file to write")
+    p.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="texts per inference batch")
+    add_task_options(p, embedding_tasks)
+    p.set_defaults(run=cmd_embed)
+
+    p = add_command(
+        sub, "search", "exact semantic search: embed a corpus once into an index file, then query it",
+        (
+            "kbert search --model all-minilm-l6-v2 --corpus corpus.txt.gz --index corpus.kbert-index",
+            'kbert search --index corpus.kbert-index "a mail client for the terminal"',
+            f"kbert search --model all-minilm-l6-v2 --corpus {DEBIAN}/train.csv --index debian.kbert-index \\\n"
+            '      --top-k 3 "chess engine"',
+        ),
+        description="With --corpus, embeds every text of the corpus with --model and writes "
+        "--index; with QUERY arguments or --queries, prints the --top-k closest texts of the "
+        "index to each query by cosine similarity, one JSON line per query. The query "
+        "model is the one the index was built with (checked on its first text).",
+    )
+    add_model_arguments(p, task=EMBEDDING_TASK, required=False)
+    p.add_argument("--index", required=True, help="the index file to write (with --corpus) or read")
+    p.add_argument(
+        "--corpus",
+        help="texts to index: a text file, one text a line (.gz read too), or a .csv/.tsv "
+        "file (the texts in --text-column)",
+    )
+    p.add_argument("--text-column", help="the column of a .csv/.tsv --corpus holding the texts (default: text)")
+    p.add_argument("queries", nargs="*", metavar="QUERY", help="queries (or --queries)")
+    p.add_argument("--queries", dest="queries_file", help="a .txt file of queries, one a line")
+    p.add_argument("-k", "--top-k", type=positive_int, default=10, help="texts per query")
+    p.add_argument("--overwrite", action="store_true", help="with --corpus: replace --index if it exists")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="texts per inference batch")
+    add_task_options(p, embedding_tasks)
+    p.set_defaults(run=cmd_search)
