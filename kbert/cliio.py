@@ -1,6 +1,7 @@
 """What every `kbert` command reads and writes, and how it stops.
 
 - Results: `print_json` prints one JSON line, and refuses NaN and infinity.
+- Inputs: `check_inputs` refuses a missing file before TensorFlow loads.
 - Texts: `read_texts` reads a .txt file (one text a line) or a .json list,
   and names the file and line of what it refuses.
 - Output files: `check_output_file` refuses, before any work, a file kbert
@@ -36,6 +37,18 @@ def print_json(value):
     except ValueError:
         raise CliError("the result holds NaN or infinity; the model is broken") from None
     print(line)
+
+
+def check_inputs(args):
+    """Refuses a file the command reads that is not there, before TensorFlow loads.
+
+    `args.reads`: the options naming files the command reads, set by its parser
+    (a file given, not a checkpoint name or a glob).
+    """
+    for name in getattr(args, "reads", ()):
+        path = getattr(args, name, None)
+        if path is not None and not os.path.exists(path):
+            raise CliError(f"--{name.replace('_', '-')} {path}: no such file")
 
 
 def read_texts(path, option="--input"):

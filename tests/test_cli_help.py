@@ -2,6 +2,7 @@
 examples; and the recipes the defaults come from."""
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -56,6 +57,44 @@ def test_build_parser_imports_no_tensorflow():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout + result.stderr
 
+
+# A command and the option of a file it reads that is not there.
+MISSING_INPUTS = [
+    ("finetune --dev given.csv --init all-minilm-l6-v2 --out runs/never", "--train"),
+    ("finetune --train given.csv --init all-minilm-l6-v2 --out runs/never", "--dev"),
+    ("finetune --train given.csv --dev given.csv --init bert_tiny --out runs/never", "--vocab"),
+    ("distill --teacher given --train given.csv --out runs/never", "--dev"),
+    ("distill --teacher given --train given.csv --dev given.csv --out runs/never", "--unlabelled"),
+    ("evaluate --model given", "--data"),
+    ("predict --model given", "--input"),
+    ("embed --model given --output runs/never.npy", "--input"),
+    ("search --model given --index runs/never.kbert-index", "--corpus"),
+    ("export --model given --data given.csv --out saved_models/never", "--calibration"),
+    ("tokenize hello", "--vocab"),
+    ("pretraining-data --corpus given.txt --out runs/never", "--vocab"),
+]
+
+
+def test_a_missing_input_is_refused_before_tensorflow_loads(tmp_path):
+    """One line naming the option and the file, status 2, and no TensorFlow start-up (seconds) first."""
+    for name in ["given", "given.csv", "given.txt"]:
+        (tmp_path / name).write_text("text,label\n", encoding="utf-8")
+    code = (
+        "import json, shlex, sys\nfrom kbert.cli import main\n"
+        "statuses = [main(shlex.split(argv)) for argv in json.loads(sys.argv[1])]\n"
+        "print(json.dumps([statuses, 'tensorflow' in sys.modules]))"
+    )
+    argvs = [f"{argv} {option} missing-{i}" for i, (argv, option) in enumerate(MISSING_INPUTS)]
+    result = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(argvs)], capture_output=True, text=True, cwd=tmp_path,
+        env={**quiet_env(), "PYTHONPATH": os.path.abspath(ROOT)}, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    statuses, tensorflow_loaded = json.loads(result.stdout)
+    assert statuses == [2] * len(argvs) and not tensorflow_loaded, result.stderr
+    assert result.stderr.splitlines() == [
+        f"kbert: error: {option} missing-{i}: no such file" for i, (_, option) in enumerate(MISSING_INPUTS)
+    ]
 
 def test_every_option_shows_its_default():
     for name, parser in commands().items():

@@ -19,6 +19,7 @@ from kbert.cliargs import DEBIAN, HelpFormatter, examples_epilog
 from kbert.cliio import (
     EXIT_INTERRUPTED,
     CliError,
+    check_inputs,
     in_main_thread,
     input_paths,
     interrupted_line,
@@ -109,6 +110,7 @@ def main(argv=None):
     # outputs are removed, and one line says what was kept.
     previous = handle_signals() if in_main_thread() else None
     try:
+        check_inputs(args)
         _quiet_tensorflow()
         status = args.run(args)
     except (CliError, ValueError, OSError) as error:

@@ -166,7 +166,7 @@ def add_pretraining_commands(sub):
     p.add_argument("--vocab", required=True, help="vocab.txt")
     p.add_argument("--cased", action="store_true", help="keep case and accents")
     p.add_argument("texts", nargs="+", metavar="TEXT", help="texts to tokenize")
-    p.set_defaults(run=cmd_tokenize)
+    p.set_defaults(run=cmd_tokenize, reads=("vocab",))
 
     p = add_command(
         sub, "vocab", "learn a WordPiece vocab.txt from raw text",
@@ -208,7 +208,7 @@ def add_pretraining_commands(sub):
     p.add_argument("--num-shards", type=positive_int, default=16, help="TFRecord files written")
     p.add_argument("--workers", type=positive_int, default=None, help="processes (default: CPU count)")
     p.add_argument("--overwrite", action="store_true", help="replace earlier shards in --out")
-    p.set_defaults(run=cmd_pretraining_data)
+    p.set_defaults(run=cmd_pretraining_data, reads=("vocab",))
 
     p = add_command(
         sub, "pretrain", "masked-LM pretraining; rerun the same command to resume",

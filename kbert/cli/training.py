@@ -216,7 +216,7 @@ def _add_finetune(sub, tasks):
         "--batch-size is the global batch",
     )
     add_task_options(p, tasks)
-    p.set_defaults(run=cmd_finetune)
+    p.set_defaults(run=cmd_finetune, reads=("train", "dev", "vocab"))
 
 
 def _add_distill(sub, tasks):
@@ -254,7 +254,7 @@ def _add_distill(sub, tasks):
                    help="weight of the gold labels' loss in [0, 1]; the teacher's takes 1 - alpha")
     _add_training_arguments(p)
     add_task_options(p, tasks, stored=True)
-    p.set_defaults(run=cmd_distill)
+    p.set_defaults(run=cmd_distill, reads=("train", "dev", "unlabelled"))
 
 
 def add_training_commands(sub, tasks):

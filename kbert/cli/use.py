@@ -112,7 +112,7 @@ def add_use_commands(sub, tasks, embedding_tasks):
     p.add_argument("--data", required=True, help="labelled data in the task's format")
     p.add_argument("--batch-size", type=positive_int, default=64, help="texts per inference batch")
     add_task_options(p, tasks, stored=True)
-    p.set_defaults(run=cmd_evaluate)
+    p.set_defaults(run=cmd_evaluate, reads=("data",))
 
     p = add_command(
         sub, "predict", "the task's predictions as JSON lines",
@@ -131,7 +131,7 @@ def add_use_commands(sub, tasks, embedding_tasks):
     )
     p.add_argument("--batch-size", type=positive_int, default=64, help="texts per inference batch")
     add_task_options(p, tasks, stored=True)
-    p.set_defaults(run=cmd_predict)
+    p.set_defaults(run=cmd_predict, reads=("input",))
 
     p = add_command(
         sub, "embed", "sentence embeddings (float32, one row per text) to a .npy file",
@@ -146,7 +146,7 @@ def add_use_commands(sub, tasks, embedding_tasks):
     p.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     p.add_argument("--batch-size", type=positive_int, default=64, help="texts per inference batch")
     add_task_options(p, embedding_tasks)
-    p.set_defaults(run=cmd_embed)
+    p.set_defaults(run=cmd_embed, reads=("input",))
 
     p = add_command(
         sub, "search", "exact semantic search: embed a corpus once into an index file, then query it",
@@ -175,4 +175,4 @@ def add_use_commands(sub, tasks, embedding_tasks):
     p.add_argument("--overwrite", action="store_true", help="with --corpus: replace --index if it exists")
     p.add_argument("--batch-size", type=positive_int, default=64, help="texts per inference batch")
     add_task_options(p, embedding_tasks)
-    p.set_defaults(run=cmd_search)
+    p.set_defaults(run=cmd_search, reads=("corpus",))

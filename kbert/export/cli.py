@@ -101,7 +101,7 @@ def add_export_parser(subparsers):
         help="where MediaPipe's private environments live (default: $XDG_CACHE_HOME/kbert or ~/.cache/kbert)",
     )
     add_task_options(p, list(TASKS.values()), stored=True)
-    p.set_defaults(run=run_export)
+    p.set_defaults(run=run_export, reads=("data", "calibration"))
     return p
 
 
