@@ -218,7 +218,8 @@ def test_jax_data_parallel_matches_one_device(two_device_runs):
 def test_get_strategy_and_batch_log():
     strategy = distribute.get_strategy("default")
     assert strategy.num_replicas_in_sync == 1
-    assert distribute.log_batch_sizes(strategy, 32).startswith("global batch 32 = 1 replicas x 32")
+    assert distribute.log_batch_sizes(strategy, 32) == "global batch 32 on one device"
+    assert distribute.log_batch_sizes(None, 8) == "global batch 8 on one device"
     with pytest.raises(ValueError, match="positive integer"):
         distribute.log_batch_sizes(strategy, 0)
     with pytest.raises(ValueError, match="is not one of"):

@@ -143,7 +143,8 @@ def log_batch_sizes(strategy, global_batch_size):
         global_batch_size: int. Examples per step over all replicas.
 
     Returns:
-        str, e.g. "global batch 32 = 2 replicas x 16 per replica (MirroredStrategy)".
+        str, e.g. "global batch 32 = 2 replicas x 16 per replica (MirroredStrategy)",
+        or "global batch 32 on one device".
     """
     if not isinstance(global_batch_size, int) or global_batch_size < 1:
         raise ValueError(f"global_batch_size={global_batch_size!r} must be a positive integer")
@@ -153,11 +154,16 @@ def log_batch_sizes(strategy, global_batch_size):
             f"global_batch_size={global_batch_size} is not divisible by "
             f"num_replicas_in_sync={replicas}"
         )
-    name = type(strategy).__name__ if strategy is not None else "one device"
-    message = (
-        f"global batch {global_batch_size} = {replicas} replicas x "
-        f"{global_batch_size // replicas} per replica ({name})"
-    )
+    name = type(strategy).__name__
+    if replicas == 1:
+        # TensorFlow's default strategy (no tf.distribute at all) is one device.
+        on = "one device" if strategy is None or name == "_DefaultDistributionStrategy" else f"one replica ({name})"
+        message = f"global batch {global_batch_size} on {on}"
+    else:
+        message = (
+            f"global batch {global_batch_size} = {replicas} replicas x "
+            f"{global_batch_size // replicas} per replica ({name})"
+        )
     logger.info(message)
     print(message, flush=True)
     return message
