@@ -4,10 +4,12 @@ examples; and the recipes the defaults come from."""
 import argparse
 import json
 import os
+import platform
 import re
 import shlex
 import subprocess
 import sys
+from importlib import metadata
 
 from kbert.cli.main import DESCRIPTION, build_parser
 from kbert.cliargs import rate, task_options
@@ -57,6 +59,19 @@ def test_build_parser_imports_no_tensorflow():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout + result.stderr
 
+
+
+def test_version_names_kbert_and_its_libraries_without_importing_them():
+    code = (
+        "import sys\nfrom kbert.cli import main\n"
+        "try:\n    main(['--version'])\nexcept SystemExit as stop:\n"
+        "    print(stop.code, 'tensorflow' in sys.modules or 'keras' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    line, status = result.stdout.splitlines()
+    versions = ", ".join(f"{name} {metadata.version(name)}" for name in ("tensorflow", "keras", "tensorflow-text"))
+    assert line == f"kbert {metadata.version('kbert')} ({versions}, Python {platform.python_version()})"
+    assert status == "0 False" and result.stderr == "", result.stderr
 
 # A command and the option of a file it reads that is not there.
 MISSING_INPUTS = [

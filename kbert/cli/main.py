@@ -66,6 +66,36 @@ def _quiet_tensorflow():
                     sys.stderr.write(line)
 
 
+def version_line():
+    """`kbert --version`: kbert's version and those of the libraries it runs on, for a bug report.
+
+    Read from the installed packages' metadata: nothing is imported.
+    """
+    import platform
+    from importlib import metadata
+
+    from kbert import __version__
+
+    found = []
+    for name in ("tensorflow", "keras", "tensorflow-text"):
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{name} not installed")
+    return f"kbert {__version__} ({', '.join(found)}, Python {platform.python_version()})"
+
+
+class _Version(argparse.Action):
+    """`--version`, whose line is made only when asked for."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_line())
+        parser.exit()
+
+
 # What `kbert --help` says: every command, by what it is for.
 DESCRIPTION = """\
 BERT for Keras 3, from raw text to served models.
@@ -94,6 +124,7 @@ def build_parser():
             f"kbert export --model runs/debian-minilm --data {DEBIAN}/dev.csv --out saved_models/debian",
         ) + "\n\nkbert COMMAND --help: the command's options, their defaults and examples.",
     )
+    parser.add_argument("--version", action=_Version, help="kbert's version and its libraries', then exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     trainable = [task for task in TASKS.values() if task.trainable]
     add_training_commands(sub, trainable)
