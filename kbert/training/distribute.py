@@ -154,15 +154,12 @@ def log_batch_sizes(strategy, global_batch_size):
             f"global_batch_size={global_batch_size} is not divisible by "
             f"num_replicas_in_sync={replicas}"
         )
-    name = type(strategy).__name__
     if replicas == 1:
-        # TensorFlow's default strategy (no tf.distribute at all) is one device.
-        on = "one device" if strategy is None or name == "_DefaultDistributionStrategy" else f"one replica ({name})"
-        message = f"global batch {global_batch_size} on {on}"
+        message = f"global batch {global_batch_size} on one device"
     else:
         message = (
             f"global batch {global_batch_size} = {replicas} replicas x "
-            f"{global_batch_size // replicas} per replica ({name})"
+            f"{global_batch_size // replicas} per replica ({type(strategy).__name__})"
         )
     logger.info(message)
     print(message, flush=True)
