@@ -60,7 +60,6 @@ def test_build_parser_imports_no_tensorflow():
     assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout + result.stderr
 
 
-
 def test_version_names_kbert_and_its_libraries_without_importing_them():
     code = (
         "import sys\nfrom kbert.cli import main\n"
@@ -72,6 +71,7 @@ def test_version_names_kbert_and_its_libraries_without_importing_them():
     versions = ", ".join(f"{name} {metadata.version(name)}" for name in ("tensorflow", "keras", "tensorflow-text"))
     assert line == f"kbert {metadata.version('kbert')} ({versions}, Python {platform.python_version()})"
     assert status == "0 False" and result.stderr == "", result.stderr
+
 
 # A command and the option of a file it reads that is not there.
 MISSING_INPUTS = [
@@ -110,6 +110,7 @@ def test_a_missing_input_is_refused_before_tensorflow_loads(tmp_path):
     assert result.stderr.splitlines() == [
         f"kbert: error: {option} missing-{i}: no such file" for i, (_, option) in enumerate(MISSING_INPUTS)
     ]
+
 
 def test_every_option_shows_its_default():
     for name, parser in commands().items():
