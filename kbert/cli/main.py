@@ -4,8 +4,11 @@ The commands live by what they are for: `kbert.cli.training` (finetune,
 distill), `kbert.cli.use` (evaluate, predict, embed, search),
 `kbert.export.cli` (export) and `kbert.cli.pretraining`.
 
-Every subcommand imports TensorFlow only when it runs, so `--help` is instant.
-Bad input ends with one line `kbert: error: ...` on stderr and exit status 2.
+Every subcommand imports TensorFlow only when it runs, so `--help` is instant,
+and what can be refused without it is refused first: a missing input (each
+command's `reads`) and the command's own `check` (e.g. an `--out` it may not
+write). Bad input ends with one line `kbert: error: ...` on stderr and exit
+status 2.
 """
 
 import argparse
@@ -142,6 +145,8 @@ def main(argv=None):
     previous = handle_signals() if in_main_thread() else None
     try:
         check_inputs(args)
+        if hasattr(args, "check"):
+            args.check(args)
         _quiet_tensorflow()
         status = args.run(args)
     except (CliError, ValueError, OSError) as error:

@@ -1,7 +1,8 @@
 """The training commands of `kbert`: finetune and distill.
 
 `add_training_commands(subparsers, tasks)` adds them; each `cmd_*` runs one and
-imports TensorFlow only then, so `kbert --help` stays instant.
+imports TensorFlow only then, so `kbert --help` stays instant; finetune
+refuses a bad `--init` or `--out` before it loads (`check_finetune`).
 """
 
 from kbert.cliargs import (
@@ -18,7 +19,16 @@ from kbert.cliargs import (
     task_options,
 )
 from kbert.cliio import print_json
+from kbert.config import check_init
+from kbert.modelfolder import check_model_out
 from kbert.recipes import DISTILLATION
+
+
+def check_finetune(args):
+    """finetune's refusals that need no TensorFlow, made before it loads; finetune makes them again."""
+    check_init(args.init, args.vocab)
+    inputs = {"--train": args.train, "--dev": args.dev, "--init": args.init, "--vocab": args.vocab}
+    check_model_out(args.out, args.overwrite, inputs)
 
 
 def cmd_finetune(args):
@@ -216,7 +226,7 @@ def _add_finetune(sub, tasks):
         "--batch-size is the global batch",
     )
     add_task_options(p, tasks)
-    p.set_defaults(run=cmd_finetune, reads=("train", "dev", "vocab"))
+    p.set_defaults(run=cmd_finetune, check=check_finetune, reads=("train", "dev", "vocab"))
 
 
 def _add_distill(sub, tasks):

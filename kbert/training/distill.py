@@ -31,8 +31,8 @@ import time
 import keras
 import numpy as np
 
-from kbert.checkpoints.huggingface import PACKAGED_CHECKPOINTS, init_encoder
-from kbert.config import PRESETS, BertConfig
+from kbert.checkpoints.huggingface import init_encoder
+from kbert.config import PACKAGED_CHECKPOINTS, PRESETS, BertConfig
 from kbert.corpus import iter_documents
 from kbert.hardware import log_dtype
 from kbert.modelfolder import (

@@ -17,6 +17,7 @@ import time
 import keras
 
 from kbert.checkpoints.huggingface import init_encoder
+from kbert.config import check_init
 from kbert.hardware import log_dtype
 from kbert.modelfolder import check_model_out, write_model_folder
 from kbert.tasks import DEFAULT_TASK, get_task
@@ -196,6 +197,7 @@ def finetune(
     check_callbacks(callbacks)
     if isinstance(strategy, str) and strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
+    check_init(init, vocab)
     check_model_out(out, overwrite, {"--train": train, "--dev": dev, "--init": init, "--vocab": vocab})
     options = task_class.resolve_options(options)
     train_examples = task_class.read(train, options)
@@ -213,8 +215,6 @@ def finetune(
         )
     if vocab is not None:
         vocabulary = load_vocab(vocab)
-    if vocabulary is None:
-        raise ValueError(f"init={init!r} is a preset with no vocabulary; pass vocab=")
     if len(vocabulary) > config.vocab_size:
         raise ValueError(
             f"vocabulary has {len(vocabulary)} tokens but vocab_size={config.vocab_size}"
