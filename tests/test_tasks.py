@@ -372,8 +372,19 @@ def test_metrics_match_scipy_and_sklearn():
     labels = rng.integers(0, 2, 200)
     guesses = np.where(rng.uniform(size=200) < 0.8, labels, 1 - labels)
     metrics = classification_metrics(labels, guesses, ["0", "1"])
-    assert metrics["per_class_f1"]["1"] == pytest.approx(f1_score(labels, guesses), abs=1e-6)
-    assert metrics["macro_f1"] == pytest.approx(f1_score(labels, guesses, average="macro"), abs=1e-6)
+    assert metrics["per_class_f1"]["1"] == pytest.approx(f1_score(labels, guesses), abs=1e-15)
+    assert metrics["macro_f1"] == pytest.approx(f1_score(labels, guesses, average="macro"), abs=1e-15)
+    # Four classes; "3" is never the label and never predicted.
+    labels = rng.integers(0, 3, 200)
+    guesses = np.where(rng.uniform(size=200) < 0.7, labels, rng.integers(0, 3, 200))
+    metrics = classification_metrics(labels, guesses, ["0", "1", "2", "3"])
+    expected = f1_score(labels, guesses, labels=[0, 1, 2, 3], average=None, zero_division=0)
+    assert list(metrics["per_class_f1"].values()) == pytest.approx(list(expected), abs=1e-15)
+    assert metrics["macro_f1"] == pytest.approx(np.mean(expected), abs=1e-15)
+    assert metrics["accuracy"] == np.mean(labels == guesses) and metrics["n"] == 200
+    # Class "a": 32 labels, 32 predictions, 29 right: F1 29/32 exactly (Keras's epsilon gave 0.9062499...).
+    guesses = [0] * 29 + [1] * 3 + [0] * 3 + [1]
+    assert classification_metrics([0] * 32 + [1] * 4, guesses, ["a", "b"])["per_class_f1"]["a"] == 0.90625
 
 
 def _pairs(path, rows):
