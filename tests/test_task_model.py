@@ -48,8 +48,7 @@ def tiny(tmp_path_factory):
 def trained(tiny, seed=0):
     keras.utils.set_random_seed(seed)
     model = TaskModel.from_checkpoint(str(tiny / "bert"), labels=LABELS, dtype="float32")
-    model.compile()
-    model.fit(TEXTS, TARGETS, epochs=2, batch_size=4, seed=seed, verbose=0)
+    model.fit(TEXTS, TARGETS, epochs=2, batch_size=4, seed=seed, verbose=0)  # compiles the task's recipe
     return model
 
 
@@ -63,6 +62,9 @@ def test_fit_on_raw_texts_trains_as_kbert_finetune(tiny, tmp_path):
     examples = folder.task.examples_from_texts(TEXTS)
     reference = folder.task.run(folder.model, folder.task.encode(examples, targets=False).features)
     np.testing.assert_allclose(model.predict(TEXTS), reference["logits"], atol=1e-5)
+    fresh = TaskModel.from_checkpoint(str(tiny / "bert"), labels=LABELS, dtype="float32")
+    figures = fresh.evaluate(TEXTS, TARGETS, verbose=0, return_dict=True)  # compiles the task's loss, metrics
+    assert figures["accuracy"] == pytest.approx(fresh.figures(TEXTS, TARGETS)["accuracy"], abs=1e-7), figures
 
 
 def test_warmup_and_weight_decay_are_the_tasks_recipes(tiny, tmp_path, monkeypatch):
@@ -181,8 +183,7 @@ def test_token_classification_trains_saves_and_serves(tiny, tmp_path):
     model = TaskModel.from_checkpoint(str(tiny / "bert"), task="token-classification", tags=TAGS,
                                       sequence_length=16, dtype="float32")
     assert model.task.scheme == "IOB2"
-    model.compile()
-    model.fit(WORDS, WORD_TAGS, epochs=2, batch_size=2, verbose=0)
+    model.fit(WORDS, WORD_TAGS, epochs=2, batch_size=2, verbose=0)  # compiles the task's recipe
     x = [*WORDS, LONG_TEXT]  # word lists and raw texts both
     logits = model.predict(WORDS)  # a row per window of 16 pieces
     assert logits.shape[1:] == (16, len(TAGS))
@@ -205,7 +206,6 @@ def test_question_answering_trains_saves_and_serves(tiny, tmp_path):
     keras.utils.set_random_seed(0)
     model = TaskModel.from_checkpoint(str(tiny / "bert"), task="question-answering", sequence_length=24,
                                       dtype="float32", version_2_with_negative=True, doc_stride=8)
-    model.compile()
     model.fit(QUESTIONS, ANSWERS, epochs=2, batch_size=2, verbose=0, validation_data=(QUESTIONS, ANSWERS))
     threshold = model.task.null_score_diff_threshold  # chosen on the validation predictions
     assert threshold != squad.NULL_SCORE_DIFF_THRESHOLD
@@ -280,7 +280,7 @@ def test_tf_data_batches_train_as_lists_do(tiny):
     by_lists = trained(tiny)
     keras.utils.set_random_seed(0)
     model = TaskModel.from_checkpoint(str(tiny / "bert"), labels=LABELS, dtype="float32")
-    model.compile()
+    model.compile()  # called, where `trained` leaves it to fit: the same model
     data = tf.data.Dataset.from_tensor_slices((TEXTS, TARGETS)).batch(3)
     model.fit(data, epochs=2, batch_size=4, seed=0, verbose=0)
     texts = tf.data.Dataset.from_tensor_slices(TEXTS).batch(5)

@@ -7,7 +7,8 @@ Python values into its examples (`Task.examples_from_inputs`); `fit`
 batches them the way `kbert finetune` does (`kbert.training.batching`: its
 packing, windows, shuffles and length buckets), and `compile()` with no
 optimizer gives the task's recipe: AdamW on BERT's schedule, sized from the
-data when `fit` knows it. `save("x.keras")` keeps everything, and
+data when `fit` knows it. As keras-hub's tasks, a model not compiled yet is
+compiled so by `fit` and `evaluate`. `save("x.keras")` keeps everything, and
 `keras.saving.load_model` gives back a model that reads raw inputs;
 `save_folder` writes a kbert model folder for `kbert evaluate`, `predict`
 and `export`.
@@ -36,7 +37,6 @@ tf.data).
 
 Example:
 >>> model = TaskModel.from_checkpoint("all-minilm-l6-v2", labels=["neg", "pos"])  # doctest: +SKIP
->>> model.compile()  # doctest: +SKIP
 >>> model.fit(["a dull film", "a fine film"], ["neg", "pos"], epochs=1)  # doctest: +SKIP
 >>> model.predict_labels(["a fine play"])  # doctest: +SKIP
 
@@ -205,12 +205,16 @@ class TaskModel(keras.Model):
             seed: the shuffles' seed (dropout and new weights follow
                 `keras.utils.set_random_seed`).
             **kwargs: `keras.Model.fit`'s (callbacks, verbose...).
+
+        A model not compiled yet is compiled with the task's recipe (`compile()`).
         """
         if not self.task.trainable:
             raise ValueError(
                 f"task {self.task_name!r} needs no training; TaskModel.fit refuses it "
                 "(predict gives its outputs as the checkpoint computes them)"
             )
+        if not self.compiled:
+            self.compile()
         recipe = self.task.recipe.override(batch_size=batch_size, epochs=epochs)
         dataset, steps = train_dataset(
             self.task, self.examples(x, y), recipe.batch_size, seed=seed, epochs=recipe.epochs,
@@ -258,6 +262,8 @@ class TaskModel(keras.Model):
         """Keras's loss and compiled metrics on raw inputs (`figures` gives the task's own)."""
         if kwargs.get("_use_cached_eval_dataset"):  # Keras's fit, on `fit`'s validation batches
             return super().evaluate(x, y, batch_size=batch_size, **kwargs)
+        if not self.compiled:
+            self.compile()
         encoded = self.task.encode(self.examples(x, y))
         dataset = eval_dataset(self.task, encoded, batch_size or self.task.recipe.batch_size, replicas(self))
         return super().evaluate(dataset, **kwargs)
