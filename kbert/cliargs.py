@@ -152,8 +152,20 @@ def add_task_options(parser, tasks, stored=False):
         )
 
 
+def check_model(args):
+    """Refuses a `--model` that names nothing, before TensorFlow loads (`kbert.modelfolder.check_model_name`)."""
+    from kbert.modelfolder import check_model_name
+
+    if args.model is not None:
+        check_model_name(args.model, args.task)
+
+
 def add_model_arguments(parser, task=None, required=True):
-    """`--model`, `--task` and `--seq-len`: a model folder, or a task built on a checkpoint."""
+    """`--model`, `--task` and `--seq-len`: a model folder, or a task built on a checkpoint.
+
+    A `--model` that names nothing is refused at once (`check_model`).
+    """
+    parser.set_defaults(check=check_model)
     parser.add_argument(
         "--model", required=required,
         help="a model folder (kbert finetune --out); with --task naming a task that needs no "

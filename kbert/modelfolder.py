@@ -24,7 +24,7 @@ Example:
 import json
 import os
 
-from kbert.config import ENCODER_INPUTS, BertConfig
+from kbert.config import ENCODER_INPUTS, PACKAGED_CHECKPOINTS, BertConfig
 from kbert.fileio import check_distinct, check_output_folder, read_json, staged_folder
 from kbert.tasks import DEFAULT_TASK, TASKS, get_task
 from kbert.tasks.base import INFERENCE_BATCH_SIZE as BATCH_SIZE
@@ -311,6 +311,28 @@ class ModelFolder:
         return self.task.embeddings(self.predict(examples, batch_size))
 
 
+# What a `--model` that is no model folder needs, said after what it is.
+_NEEDS_TASK = "a pretrained checkpoint needs --task, one that needs no training ({})".format(
+    ", ".join(name for name, task_class in TASKS.items() if not task_class.trainable)
+)
+
+
+def check_model_name(model, task=None):
+    """Refuses a `model` that `open_model` cannot open whatever it holds; cheap (loads nothing).
+
+    With no `task` it must be a folder (a model folder); with one, a folder
+    or a name in `PACKAGED_CHECKPOINTS`.
+    """
+    if os.path.isdir(model) or (task is not None and model in PACKAGED_CHECKPOINTS):
+        return
+    if task is None:
+        raise ValueError(f"--model {model}: no such model folder; {_NEEDS_TASK}")
+    raise ValueError(
+        f"--model {model}: no such model folder, checkpoint folder or packaged checkpoint "
+        f"({', '.join(sorted(PACKAGED_CHECKPOINTS))})"
+    )
+
+
 def open_model(model, task=None, options=None, sequence_length=None):
     """The model that `--model` and `--task` name.
 
@@ -325,6 +347,7 @@ def open_model(model, task=None, options=None, sequence_length=None):
     Raises:
         ValueError: one line naming `model` and what is wrong.
     """
+    check_model_name(model, task)
     if task is not None and is_model_folder(model):
         stored = _stored_task(model)
         if stored != task and get_task(task).trainable:
@@ -339,11 +362,7 @@ def open_model(model, task=None, options=None, sequence_length=None):
     except ValueError as error:
         if task is not None or is_model_folder(model):
             raise
-        untrained = [name for name, task_class in TASKS.items() if not task_class.trainable]
-        raise ValueError(
-            f"{str(error).splitlines()[0]}; a pretrained checkpoint needs --task, one that needs "
-            f"no training ({', '.join(untrained)})"
-        ) from None
+        raise ValueError(f"{str(error).splitlines()[0]}; {_NEEDS_TASK}") from None
     if sequence_length is not None and sequence_length != folder.sequence_length:
         folder.set_sequence_length(sequence_length)
     return folder

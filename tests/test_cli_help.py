@@ -120,7 +120,8 @@ def test_a_missing_input_is_refused_before_tensorflow_loads(tmp_path):
 
 
 TRAIN = "--train given.csv --dev given.csv"
-# What finetune refuses before TensorFlow loads: (arguments, the error).
+NO_MODEL = "--model nowhere: no such model folder"
+# What is refused before TensorFlow loads, beside missing inputs: (arguments, the error).
 EARLY_REFUSALS = [
     (f"finetune {TRAIN} --init nowhere --out runs/m",
      "--init nowhere: no such checkpoint folder, packaged checkpoint (all-minilm-l6-v2) or preset "
@@ -133,10 +134,20 @@ EARLY_REFUSALS = [
      "--out given.csv is --train given.csv, which this command reads; choose another --out"),
     (f"finetune {TRAIN} --init all-minilm-l6-v2 --out given.txt",
      "--out given.txt: a file of that name exists; expected a model folder"),
+    ("predict --model nowhere hello",
+     f"{NO_MODEL}; a pretrained checkpoint needs --task, one that needs no training (sentence-embedding, fill-mask)"),
+    ("evaluate --model given.csv --data given.csv", "--model given.csv: no such model folder; a pretrained checkpoint "
+     "needs --task, one that needs no training (sentence-embedding, fill-mask)"),
+    ("export --model nowhere --task fill-mask --data given.csv --out saved_models/m",
+     f"{NO_MODEL}, checkpoint folder or packaged checkpoint (all-minilm-l6-v2)"),
+    ("embed --model nowhere --input given.txt --output runs/e.npy",
+     f"{NO_MODEL}, checkpoint folder or packaged checkpoint (all-minilm-l6-v2)"),
+    ("search --model nowhere --corpus given.txt --index runs/i.kbert-index",
+     f"{NO_MODEL}, checkpoint folder or packaged checkpoint (all-minilm-l6-v2)"),
 ]
 
 
-def test_finetune_refuses_a_bad_init_or_out_before_tensorflow_loads(tmp_path):
+def test_a_bad_init_model_or_out_is_refused_before_tensorflow_loads(tmp_path):
     for name in ["given.csv", "given.txt", "mine/notes.txt"]:
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text("text,label\n", encoding="utf-8")
