@@ -311,10 +311,11 @@ class ModelFolder:
         return self.task.embeddings(self.predict(examples, batch_size))
 
 
-# What a `--model` that is no model folder needs, said after what it is.
-_NEEDS_TASK = "a pretrained checkpoint needs --task, one that needs no training ({})".format(
-    ", ".join(name for name, task_class in TASKS.items() if not task_class.trainable)
-)
+def _needs_task():
+    """What a `--model` that is no model folder needs, said after what it is (from
+    `TASKS` as it is now: a task may be added after import)."""
+    untrained = [name for name, task_class in TASKS.items() if not task_class.trainable]
+    return f"a pretrained checkpoint needs --task, one that needs no training ({', '.join(untrained)})"
 
 
 def check_model_name(model, task=None):
@@ -326,7 +327,7 @@ def check_model_name(model, task=None):
     if os.path.isdir(model) or (task is not None and model in PACKAGED_CHECKPOINTS):
         return
     if task is None:
-        raise ValueError(f"--model {model}: no such model folder; {_NEEDS_TASK}")
+        raise ValueError(f"--model {model}: no such model folder; {_needs_task()}")
     raise ValueError(
         f"--model {model}: no such model folder, checkpoint folder or packaged checkpoint "
         f"({', '.join(sorted(PACKAGED_CHECKPOINTS))})"
@@ -362,7 +363,7 @@ def open_model(model, task=None, options=None, sequence_length=None):
     except ValueError as error:
         if task is not None or is_model_folder(model):
             raise
-        raise ValueError(f"{str(error).splitlines()[0]}; {_NEEDS_TASK}") from None
+        raise ValueError(f"{str(error).splitlines()[0]}; {_needs_task()}") from None
     if sequence_length is not None and sequence_length != folder.sequence_length:
         folder.set_sequence_length(sequence_length)
     return folder
