@@ -92,7 +92,8 @@ def check_output_folder(out, what, is_ours, overwrite=False, known_names=()):
         raise ValueError(f"--out {out!r}: expected the path of a new {what} folder")
     path = os.path.abspath(out)
     if os.path.lexists(path) and not os.path.isdir(path):
-        raise ValueError(f"--out {out}: a file of that name exists; expected a {what} folder")
+        article = "an" if what[0] in "aeiou" else "a"
+        raise ValueError(f"--out {out}: a file of that name exists; expected {article} {what} folder")
     cwd = os.getcwd()
     if os.path.commonpath([cwd, path]) == path:
         raise ValueError(f"--out {out} holds the current folder; expected a new {what} folder")

@@ -70,6 +70,18 @@ def check_model_out(out, overwrite, inputs):
     check_output_folder(out, "model", is_model_folder, overwrite, MODEL_FOLDER_NAMES)
 
 
+def check_student_out(teacher, out, overwrite, train, dev, unlabelled=None, student=None):
+    """Refuses, before any work, a `teacher` that is no model folder, or a
+    student folder `out` kbert may not write (`check_model_out`) given what
+    `kbert distill` reads."""
+    if os.path.abspath(out) == os.path.abspath(teacher):
+        raise ValueError(f"--out {out} is the teacher's folder; write the student to another")
+    if not is_model_folder(teacher):
+        raise ValueError(f"--teacher {teacher} is not a kbert model folder (what kbert finetune --out writes)")
+    inputs = {"--teacher": teacher, "--train": train, "--dev": dev, "--unlabelled": unlabelled, "--student": student}
+    check_model_out(out, overwrite, inputs)
+
+
 def write_model_folder(out, model, vocabulary, task, settings, metrics, overwrite=False):
     """Writes a model folder: staged beside `out`, then renamed into place.
 
@@ -319,11 +331,19 @@ def _needs_task():
 
 
 def check_model_name(model, task=None):
-    """Refuses a `model` that `open_model` cannot open whatever it holds; cheap (loads nothing).
+    """Refuses a `model` (and `task`) that `open_model` cannot open whatever it holds; cheap (loads nothing).
 
     With no `task` it must be a folder (a model folder); with one, a folder
-    or a name in `PACKAGED_CHECKPOINTS`.
+    or a name in `PACKAGED_CHECKPOINTS`, and a model folder must be of that
+    task, or the task one that needs no training (it runs on the encoder).
     """
+    if task is not None and is_model_folder(model):
+        stored = _stored_task(model)
+        if stored != task and get_task(task).trainable:
+            raise ValueError(
+                f"--task {task} does not match --model {model}, a {stored} model folder: "
+                f"omit --task, or pass a {task} model folder"
+            )
     if os.path.isdir(model) or (task is not None and model in PACKAGED_CHECKPOINTS):
         return
     if task is None:
@@ -349,13 +369,6 @@ def open_model(model, task=None, options=None, sequence_length=None):
         ValueError: one line naming `model` and what is wrong.
     """
     check_model_name(model, task)
-    if task is not None and is_model_folder(model):
-        stored = _stored_task(model)
-        if stored != task and get_task(task).trainable:
-            raise ValueError(
-                f"--task {task} does not match --model {model}, a {stored} model folder: "
-                f"omit --task, or pass a {task} model folder"
-            )
     if task is not None and not (is_model_folder(model) and _stored_task(model) == task):
         return ModelFolder.from_pretrained(model, task, options, sequence_length)
     try:

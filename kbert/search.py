@@ -186,12 +186,17 @@ def is_index(path):
         return False
 
 
-def load_index(path):
-    """Reads an index file; `ValueError` naming it if it is not one this version wrote."""
+def check_index_file(path):
+    """Refuses a path that holds no index at all (missing, or not a NumPy .npz archive); cheap."""
     if not os.path.isfile(path):
         raise ValueError(f"--index {path}: no such index file (build it with --corpus)")
     if not zipfile.is_zipfile(path):
         raise ValueError(f"{path} is not a kbert index (not a NumPy .npz archive)")
+
+
+def load_index(path):
+    """Reads an index file; `ValueError` naming it if it is not one this version wrote."""
+    check_index_file(path)
     try:
         with np.load(path, allow_pickle=False) as archive:
             missing = [name for name in _ARRAYS if name not in archive.files]

@@ -122,6 +122,7 @@ def test_a_missing_input_is_refused_before_tensorflow_loads(tmp_path):
 TRAIN = "--train given.csv --dev given.csv"
 NO_MODEL = "--model nowhere: no such model folder"
 # What is refused before TensorFlow loads, beside missing inputs: (arguments, the error).
+# A bad --init, --model or --out; options that do not go together.
 EARLY_REFUSALS = [
     (f"finetune {TRAIN} --init nowhere --out runs/m",
      "--init nowhere: no such checkpoint folder, packaged checkpoint (all-minilm-l6-v2) or preset "
@@ -144,17 +145,47 @@ EARLY_REFUSALS = [
      f"{NO_MODEL}, checkpoint folder or packaged checkpoint (all-minilm-l6-v2)"),
     ("search --model nowhere --corpus given.txt --index runs/i.kbert-index",
      f"{NO_MODEL}, checkpoint folder or packaged checkpoint (all-minilm-l6-v2)"),
+    ("export --model nowhere --data given.csv --out saved_models/m --formats onnx,tflit",
+     "unknown format 'tflit'; expected some of savedmodel, tflite, onnx, mediapipe"),
+    ("export --model nowhere --data given.csv --out given.txt",
+     "--out given.txt: a file of that name exists; expected an export folder"),
+    (f"distill --teacher nowhere {TRAIN} --out runs/s",
+     "--teacher nowhere is not a kbert model folder (what kbert finetune --out writes)"),
+    (f"distill --teacher topics {TRAIN} --out given.csv",
+     "--out given.csv is --train given.csv, which this command reads; choose another --out"),
+    ("predict --model topics --task token-classification hello",
+     "--task token-classification does not match --model topics, a text-classification model folder: "
+     "omit --task, or pass a token-classification model folder"),
+    ("predict --model all-minilm-l6-v2 --task sentence-embedding", "give either TEXT arguments or --input FILE"),
+    ("embed --model all-minilm-l6-v2 --input given.txt --output runs/e.txt",
+     "--output runs/e.txt: expected a .npy file name"),
+    ("search --index runs/i.kbert-index --corpus given.txt", "--corpus needs --model: the model that embeds it"),
+    ("search --index runs/i.kbert-index", "give QUERY arguments or --queries FILE, or --corpus to build the index"),
+    ("search --index runs/i.kbert-index hello",
+     "--index runs/i.kbert-index: no such index file (build it with --corpus)"),
+    ("search --index given.txt hello", "given.txt is not a kbert index (not a NumPy .npz archive)"),
+    ("vocab --corpus given.txt --size 10 --out given.txt",
+     "--out given.txt is --corpus given.txt, which this command reads; choose another --out"),
+    ("pretraining-data --corpus mine/notes.txt --vocab given.txt --out mine",
+     "--out mine holds --corpus mine/notes.txt, which this command reads; choose another --out"),
+    ("pretrain --corpus given.txt --config bert_tiny --steps 1 --out runs/p", "--vocab is required with --corpus"),
+    ("pretrain --records mine --config bert_tiny --steps 1 --out runs/p",
+     "--records mine holds no vocab.txt; pass --vocab"),
+    ("pretrain --corpus given.txt --vocab given.txt --config bert_tiny --steps 1 --out runs/p --deterministic",
+     "--deterministic needs --records: masking --corpus on the fly is not"),
 ]
 
 
-def test_a_bad_init_model_or_out_is_refused_before_tensorflow_loads(tmp_path):
+def test_what_needs_no_tensorflow_is_refused_before_it_loads(tmp_path):
     for name in ["given.csv", "given.txt", "mine/notes.txt"]:
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text("text,label\n", encoding="utf-8")
+    (tmp_path / "topics").mkdir()  # what kbert.json says of a model folder, which is all these checks read
+    (tmp_path / "topics" / "kbert.json").write_text('{"task": "text-classification", "bert_config": {}}')
     statuses, tensorflow_loaded, lines = run_in_one_process([argv for argv, _ in EARLY_REFUSALS], tmp_path)
     assert statuses == [2] * len(EARLY_REFUSALS) and not tensorflow_loaded, lines
     assert lines == [f"kbert: error: {error}" for _, error in EARLY_REFUSALS]
-    assert sorted(os.listdir(tmp_path)) == ["given.csv", "given.txt", "mine"]  # nothing written
+    assert sorted(os.listdir(tmp_path)) == ["given.csv", "given.txt", "mine", "topics"]  # nothing written
 
 
 def test_every_option_shows_its_default():

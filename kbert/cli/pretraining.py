@@ -1,7 +1,8 @@
 """The pretraining commands of `kbert`: tokenize, vocab, pretraining-data, pretrain.
 
 `add_pretraining_commands(subparsers)` adds them; each `cmd_*` runs one and
-imports TensorFlow only then, so `kbert --help` stays instant.
+imports TensorFlow only then, so `kbert --help` stays instant. Each `check_*`
+makes the command's refusals that need no TensorFlow, before it loads.
 """
 
 import json
@@ -24,12 +25,15 @@ def cmd_tokenize(args):
         print(json.dumps([int(i) for i in ids[packed["padding_mask"][0].numpy() == 1]]))
 
 
-def cmd_vocab(args):
-    from kbert.pretraining import learn_vocabulary
-
+def check_vocab(args):
     check_output_file(
         "--out", args.out, args.overwrite, is_vocab_file, "a WordPiece vocabulary", {"--corpus": args.corpus}
     )
+
+
+def cmd_vocab(args):
+    from kbert.pretraining import learn_vocabulary
+
     vocabulary = learn_vocabulary(
         args.corpus, args.size, lowercase=not args.cased, min_count=args.min_count
     )
@@ -38,10 +42,13 @@ def cmd_vocab(args):
     print(json.dumps({"vocab": args.out, "size": len(vocabulary)}))
 
 
+def check_pretraining_data(args):
+    check_distinct({"--out": args.out}, {"--corpus": args.corpus, "--vocab": args.vocab})
+
+
 def cmd_pretraining_data(args):
     from kbert.pretraining import read_metadata, write_pretraining_data
 
-    check_distinct({"--out": args.out}, {"--corpus": args.corpus, "--vocab": args.vocab})
     write_pretraining_data(
         args.corpus,
         args.vocab,
@@ -76,15 +83,19 @@ def _pretraining_init(config):
     return config
 
 
-def cmd_pretrain(args):
-    from kbert.pretraining import (
-        make_dynamic_masking_dataset,
-        make_pretraining_dataset,
-        pretrain,
-        read_metadata,
-    )
-    from kbert.training.distribute import get_strategy
+def _pretraining_vocab(args):
+    """The vocab.txt pretrain reads: --vocab, else the one in the --records folder."""
+    if args.vocab:
+        return args.vocab
+    if args.records and os.path.isdir(args.records):
+        vocab = os.path.join(args.records, "vocab.txt")
+        if not os.path.isfile(vocab):
+            raise CliError(f"--records {args.records} holds no vocab.txt; pass --vocab")
+        return vocab
+    raise CliError("--vocab is required with " + ("--corpus" if args.corpus else "a --records glob"))
 
+
+def check_pretrain(args):
     if bool(args.records) == bool(args.corpus):
         raise CliError("give either --records or --corpus")
     if args.corpus and args.deterministic:
@@ -96,17 +107,26 @@ def cmd_pretrain(args):
             "--whole-word-masking needs --corpus: records carry their masks "
             "(see kbert pretraining-data --whole-word-masking)"
         )
-    vocab = args.vocab
+    inputs = {"--records": args.records, "--corpus": args.corpus, "--vocab": _pretraining_vocab(args)}
+    check_distinct({"--out": args.out}, inputs)
+
+
+def cmd_pretrain(args):
+    from kbert.pretraining import (
+        make_dynamic_masking_dataset,
+        make_pretraining_dataset,
+        pretrain,
+        read_metadata,
+    )
+    from kbert.training.distribute import get_strategy
+
+    vocab = _pretraining_vocab(args)
     lowercase = not args.cased
     if args.records and os.path.isdir(args.records):
-        vocab = vocab or os.path.join(args.records, "vocab.txt")
         try:
             lowercase = read_metadata(args.records)["lowercase"]
         except ValueError:
             pass
-    if not vocab or not os.path.isfile(vocab):
-        raise CliError(f"--vocab {vocab}: no such file" if vocab else "--vocab is required")
-    check_distinct({"--out": args.out}, {"--records": args.records, "--corpus": args.corpus, "--vocab": vocab})
     # Before any tf.data pipeline: MultiWorkerMirroredStrategy must configure
     # TensorFlow's collective ops first.
     strategy = get_strategy(args.strategy)
@@ -174,6 +194,7 @@ def add_pretraining_commands(sub):
             "kbert vocab --corpus corpus.txt.gz --size 30522 --out vocab.txt",
             "kbert vocab --corpus 'shards/*.txt' --size 8000 --min-count 5 --cased --out vocab.txt",
         ),
+        usage="kbert vocab --corpus FILE --size N --out vocab.txt [options]",
     )
     p.add_argument("--corpus", required=True, help="text file(s) or glob; .gz read transparently")
     p.add_argument("--size", required=True, type=positive_int, help="largest vocabulary")
@@ -181,7 +202,7 @@ def add_pretraining_commands(sub):
     p.add_argument("--min-count", type=positive_int, default=10, help="rarest piece kept")
     p.add_argument("--out", required=True, help="vocab.txt to write")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    p.set_defaults(run=cmd_vocab)
+    p.set_defaults(run=cmd_vocab, check=check_vocab)
 
     p = add_command(
         sub, "pretraining-data", "masked-LM / next-sentence TFRecords (google-research/bert format)",
@@ -190,6 +211,7 @@ def add_pretraining_commands(sub):
             "kbert pretraining-data --corpus corpus.txt.gz --vocab vocab.txt --max-seq-length 512 \\\n"
             "      --max-predictions-per-seq 76 --whole-word-masking --out records-512",
         ),
+        usage="kbert pretraining-data --corpus FILE --vocab FILE --out DIR [options]",
     )
     p.add_argument(
         "--corpus", required=True,
@@ -208,7 +230,7 @@ def add_pretraining_commands(sub):
     p.add_argument("--num-shards", type=positive_int, default=16, help="TFRecord files written")
     p.add_argument("--workers", type=positive_int, default=None, help="processes (default: CPU count)")
     p.add_argument("--overwrite", action="store_true", help="replace earlier shards in --out")
-    p.set_defaults(run=cmd_pretraining_data, reads=("vocab",))
+    p.set_defaults(run=cmd_pretraining_data, check=check_pretraining_data, reads=("vocab",))
 
     p = add_command(
         sub, "pretrain", "masked-LM pretraining; rerun the same command to resume",
@@ -218,6 +240,8 @@ def add_pretraining_commands(sub):
             "kbert pretrain --corpus corpus.txt.gz --vocab vocab.txt --config config.json --steps 10000 \\\n"
             "      --whole-word-masking --out runs/pretrain-dynamic",
         ),
+        usage="kbert pretrain (--records DIR | --corpus FILE --vocab FILE) --config CONFIG --steps N "
+        "--out DIR [options]",
     )
     data = p.add_mutually_exclusive_group(required=True)
     data.add_argument("--records", help="TFRecords: folder or glob from pretraining-data")
@@ -267,4 +291,4 @@ def add_pretraining_commands(sub):
         help="tf.distribute strategy: auto, default, mirrored, multiworker (every worker "
         "runs this command with its TF_CONFIG) or tpu; --batch-size is the global batch",
     )
-    p.set_defaults(run=cmd_pretrain)
+    p.set_defaults(run=cmd_pretrain, check=check_pretrain, reads=("vocab",))

@@ -1,8 +1,9 @@
 """The training commands of `kbert`: finetune and distill.
 
 `add_training_commands(subparsers, tasks)` adds them; each `cmd_*` runs one and
-imports TensorFlow only then, so `kbert --help` stays instant; finetune
-refuses a bad `--init` or `--out` before it loads (`check_finetune`).
+imports TensorFlow only then, so `kbert --help` stays instant; each refuses
+a bad `--init`, `--teacher` or `--out` before it loads (`check_finetune`,
+`check_distill`).
 """
 
 from kbert.cliargs import (
@@ -20,7 +21,7 @@ from kbert.cliargs import (
 )
 from kbert.cliio import print_json
 from kbert.config import check_init
-from kbert.modelfolder import check_model_out
+from kbert.modelfolder import check_model_out, check_student_out
 from kbert.recipes import DISTILLATION
 
 
@@ -63,6 +64,11 @@ def cmd_finetune(args):
     )
     summary = {**task.summary(metrics), "train_seconds": metrics["train_seconds"]}
     print_json({"model": args.out, "task": args.task, "dev": summary})
+
+
+def check_distill(args):
+    """distill's refusals of its teacher and --out, made before TensorFlow loads; distill makes them again."""
+    check_student_out(args.teacher, args.out, args.overwrite, args.train, args.dev, args.unlabelled, args.student)
 
 
 def cmd_distill(args):
@@ -264,7 +270,7 @@ def _add_distill(sub, tasks):
                    help="weight of the gold labels' loss in [0, 1]; the teacher's takes 1 - alpha")
     _add_training_arguments(p)
     add_task_options(p, tasks, stored=True)
-    p.set_defaults(run=cmd_distill, reads=("train", "dev", "unlabelled"))
+    p.set_defaults(run=cmd_distill, check=check_distill, reads=("train", "dev", "unlabelled"))
 
 
 def add_training_commands(sub, tasks):

@@ -2,12 +2,23 @@
 
 `add_use_commands(subparsers, tasks, embedding_tasks)` adds them; each `cmd_*`
 runs one and imports TensorFlow only then, so `kbert --help` stays instant.
+Each `check_*` makes the command's refusals that need no TensorFlow (a
+`--model` that names nothing, options that do not go together, an output
+kbert may not write), before it loads.
 """
 
 import json
 import os
 
-from kbert.cliargs import DEBIAN, add_command, add_model_arguments, add_task_options, positive_int, task_options
+from kbert.cliargs import (
+    DEBIAN,
+    add_command,
+    add_model_arguments,
+    add_task_options,
+    check_model,
+    positive_int,
+    task_options,
+)
 from kbert.cliio import CliError, check_output_file, is_npy, print_json, read_texts
 from kbert.fileio import write_file
 
@@ -33,9 +44,13 @@ def cmd_evaluate(args):
 PREDICT_DATA_FILES = (".csv", ".tsv", ".jsonl", ".conll")
 
 
-def cmd_predict(args):
+def check_predict(args):
+    check_model(args)
     if bool(args.texts) == bool(args.input):
         raise CliError("give either TEXT arguments or --input FILE")
+
+
+def cmd_predict(args):
     folder, options = _load_model_folder(args)
     task = folder.task
     if args.input and os.path.splitext(args.input)[1].lower() in PREDICT_DATA_FILES:
@@ -47,15 +62,19 @@ def cmd_predict(args):
         print_json(row)
 
 
-def cmd_embed(args):
-    import numpy as np
-
+def check_embed(args):
+    check_model(args)
     if not args.output.endswith(".npy"):
         raise CliError(f"--output {args.output}: expected a .npy file name")
     check_output_file(
         "--output", args.output, args.overwrite, is_npy, "a .npy array file",
         {"--input": args.input, "--model": args.model},
     )
+
+
+def cmd_embed(args):
+    import numpy as np
+
     texts = read_texts(args.input)
     folder, _ = _load_model_folder(args)
     embeddings = folder.embed(texts, batch_size=args.batch_size)
@@ -63,10 +82,10 @@ def cmd_embed(args):
     print(json.dumps({"output": args.output, "shape": list(embeddings.shape)}))
 
 
-def cmd_search(args):
+def check_search(args):
     from kbert import search
 
-    queries = list(args.queries) + (read_texts(args.queries_file, "--queries") if args.queries_file else [])
+    check_model(args)
     if args.corpus:
         if not args.model:
             raise CliError("--corpus needs --model: the model that embeds it")
@@ -74,6 +93,17 @@ def cmd_search(args):
             "--index", args.index, args.overwrite, search.is_index, "a kbert index",
             {"--corpus": args.corpus, "--queries": args.queries_file, "--model": args.model},
         )
+    elif not args.queries and not args.queries_file:
+        raise CliError("give QUERY arguments or --queries FILE, or --corpus to build the index")
+    else:
+        search.check_index_file(args.index)
+
+
+def cmd_search(args):
+    from kbert import search
+
+    queries = list(args.queries) + (read_texts(args.queries_file, "--queries") if args.queries_file else [])
+    if args.corpus:
         folder, _ = _load_model_folder(args)
         texts, lines = search.read_corpus(args.corpus, args.text_column)
         print_json(search.build_index(folder, texts, lines, args.index, args.corpus, args.batch_size))
@@ -81,8 +111,6 @@ def cmd_search(args):
             return
         index = search.load_index(args.index)
     else:
-        if not queries:
-            raise CliError("give QUERY arguments or --queries FILE, or --corpus to build the index")
         index = search.load_index(args.index)
         folder = search.index_model(index, args.index, args.model)
     rows, scores = search.search(index, folder.embed(queries, batch_size=args.batch_size), args.top_k)
@@ -107,6 +135,7 @@ def add_use_commands(sub, tasks, embedding_tasks):
             f"kbert evaluate --model runs/debian-minilm --data {DEBIAN}/dev.csv --truncate longest_first",
             "kbert evaluate --model all-minilm-l6-v2 --task sentence-embedding --data sts-dev.tsv",
         ),
+        usage="kbert evaluate --model MODEL --data FILE [options]",
     )
     add_model_arguments(p)
     p.add_argument("--data", required=True, help="labelled data in the task's format")
@@ -121,6 +150,7 @@ def add_use_commands(sub, tasks, embedding_tasks):
             "kbert predict --model runs/debian-minilm --input texts.txt",
             'kbert predict --model runs/squad "Who led the Normans?" "Rollo led the Normans to Normandy."',
         ),
+        usage="kbert predict --model MODEL (TEXT ... | --input FILE) [options]",
     )
     add_model_arguments(p)
     p.add_argument("texts", nargs="*", metavar="TEXT", help="texts to predict (or --input)")
@@ -131,7 +161,7 @@ def add_use_commands(sub, tasks, embedding_tasks):
     )
     p.add_argument("--batch-size", type=positive_int, default=64, help="texts per inference batch")
     add_task_options(p, tasks, stored=True)
-    p.set_defaults(run=cmd_predict, reads=("input",))
+    p.set_defaults(run=cmd_predict, check=check_predict, reads=("input",))
 
     p = add_command(
         sub, "embed", "sentence embeddings (float32, one row per text) to a .npy file",
@@ -139,6 +169,7 @@ def add_use_commands(sub, tasks, embedding_tasks):
             "kbert embed --model all-minilm-l6-v2 --input texts.txt --output embeddings.npy",
             "kbert embed --model all-minilm-l6-v2 --input texts.json --output embeddings.npy --pooling cls",
         ),
+        usage="kbert embed --model MODEL --input FILE --output FILE.npy [options]",
     )
     add_model_arguments(p, task=EMBEDDING_TASK)
     p.add_argument("--input", required=True, help="a .txt file (one text per line) or a .json list")
@@ -146,7 +177,7 @@ def add_use_commands(sub, tasks, embedding_tasks):
     p.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     p.add_argument("--batch-size", type=positive_int, default=64, help="texts per inference batch")
     add_task_options(p, embedding_tasks)
-    p.set_defaults(run=cmd_embed, reads=("input",))
+    p.set_defaults(run=cmd_embed, check=check_embed, reads=("input",))
 
     p = add_command(
         sub, "search", "exact semantic search: embed a corpus once into an index file, then query it",
@@ -160,6 +191,8 @@ def add_use_commands(sub, tasks, embedding_tasks):
         "--index; with QUERY arguments or --queries, prints the --top-k closest texts of the "
         "index to each query by cosine similarity, one JSON line per query. The query "
         "model is the one the index was built with (checked on its first text).",
+        usage="kbert search --model MODEL --corpus FILE --index FILE [QUERY ...] [options]\n"
+        "       kbert search --index FILE (QUERY ... | --queries FILE) [options]",
     )
     add_model_arguments(p, task=EMBEDDING_TASK, required=False)
     p.add_argument("--index", required=True, help="the index file to write (with --corpus) or read")
@@ -175,4 +208,4 @@ def add_use_commands(sub, tasks, embedding_tasks):
     p.add_argument("--overwrite", action="store_true", help="with --corpus: replace --index if it exists")
     p.add_argument("--batch-size", type=positive_int, default=64, help="texts per inference batch")
     add_task_options(p, embedding_tasks)
-    p.set_defaults(run=cmd_search, reads=("corpus",))
+    p.set_defaults(run=cmd_search, check=check_search, reads=("corpus",))

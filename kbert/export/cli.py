@@ -101,8 +101,17 @@ def add_export_parser(subparsers):
         help="where MediaPipe's private environments live (default: $XDG_CACHE_HOME/kbert or ~/.cache/kbert)",
     )
     add_task_options(p, list(TASKS.values()), stored=True)
-    p.set_defaults(run=run_export, reads=("data", "calibration"))
+    p.set_defaults(run=run_export, check=check_export_args, reads=("data", "calibration"))
     return p
+
+
+def check_export_args(args):
+    """export's refusals that need no TensorFlow, made before it loads; `export_model` makes them again."""
+    from kbert.cliargs import check_model
+    from kbert.export.options import check_export
+
+    check_export(args.model, args.out, args.data, args.calibration, args.formats, args.quantize, args.overwrite)
+    check_model(args)
 
 
 def run_export(args):

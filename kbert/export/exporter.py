@@ -31,26 +31,23 @@ from kbert.export.options import (
     DEFAULT_CALIBRATION_EXAMPLES,
     DEFAULT_LATENCY_RUNS,
     DEFAULT_THREADS,
+    EXPORT_FOLDER_NAMES,
     FORMATS,
     QUANTIZATIONS,
     REPORT_FILE,
     SUPPORTED,
+    VOCAB_ASSET,
+    check_export,
     is_export_folder,
     parse_names,
     task_formats,
 )
 from kbert.export.serving import serving_for
-from kbert.fileio import check_distinct, check_output_folder, staged_folder
+from kbert.fileio import staged_folder
 from kbert.modelfolder import open_model
 from kbert.tasks.base import INFERENCE_BATCH_SIZE as BATCH_SIZE
 from kbert.text import save_vocab
 
-# What an export folder written before manifests holds: kbert's own names
-# (`kbert.fileio.foreign_entries`; a sub-folder counts whole).
-EXPORT_FOLDER_NAMES = (
-    "1", savedmodel.MODELS_CONFIG, "tflite", "onnx", "mediapipe", savedmodel.VOCAB_ASSET, "labels.txt",
-    "rest_example.json", "rest_example.md", REPORT_FILE, "report.md",
-)
 # Examples in the REST example.
 REST_EXAMPLES = 2
 
@@ -108,17 +105,13 @@ def export_model(
     >>> report = export_model("runs/debian-minilm", "saved_models/debian",
     ...                       data="data/debian-packages/dev.csv")  # doctest: +SKIP
     """
-    quantizations = parse_names(quantizations, QUANTIZATIONS, "quantization")
     for key, value in (("threads", threads), ("latency_runs", latency_runs), ("calibration_examples", calibration_examples)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{key}={value!r}; expected a positive integer")
     if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
         raise ValueError(f"max_examples={max_examples!r}; expected a positive integer or None")
+    quantizations = check_export(model_dir, out, data, calibration, formats, quantizations, overwrite)
     name = os.path.basename(os.path.normpath(out))
-    if not name or name in (".", ".."):
-        raise ValueError(f"out={out!r}; expected a folder path whose base name names the model")
-    check_distinct({"--out": out}, {"--model": model_dir, "--data": data, "--calibration": calibration})
-    check_output_folder(out, "export", is_export_folder, overwrite, EXPORT_FOLDER_NAMES)
 
     folder = _load_model_folder(model_dir, task, options, sequence_length)
     task = folder.task
@@ -264,7 +257,7 @@ def _keras_reference(folder, examples, staging, latency_runs, log):
 
 def _write_client_files(folder, staging):
     """What a client of the token models needs: `vocab.txt` and the task's files."""
-    save_vocab(folder.vocabulary, os.path.join(staging, savedmodel.VOCAB_ASSET))
+    save_vocab(folder.vocabulary, os.path.join(staging, VOCAB_ASSET))
     for file_name, content in serving_for(folder.task).assets().items():
         with open(os.path.join(staging, file_name), "w", encoding="utf-8") as f:
             f.write(content)

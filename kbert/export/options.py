@@ -3,6 +3,8 @@
 import json
 import os
 
+from kbert.fileio import check_distinct, check_output_folder
+
 FORMATS = ("savedmodel", "tflite", "onnx", "mediapipe")
 QUANTIZATIONS = ("none", "fp16", "dynamic", "int8", "16x8")
 # Which quantizations each format has; ONNX's int8 is dynamic quantization
@@ -17,6 +19,15 @@ SUPPORTED = {
 # the MediaPipe task that runs them (`Serving.on_device`).
 COMMON_FORMATS = ("savedmodel", "tflite", "onnx")
 REPORT_FILE = "report.json"
+# The SavedModel's vocabulary asset and TF Serving's model config, beside `1/`.
+VOCAB_ASSET = "vocab.txt"
+MODELS_CONFIG = "models.config"
+# What an export folder written before manifests holds: kbert's own names
+# (`kbert.fileio.foreign_entries`; a sub-folder counts whole).
+EXPORT_FOLDER_NAMES = (
+    "1", MODELS_CONFIG, "tflite", "onnx", "mediapipe", VOCAB_ASSET, "labels.txt",
+    "rest_example.json", "rest_example.md", REPORT_FILE, "report.md",
+)
 # The quantizations calibrated on example inputs (training texts).
 CALIBRATED = ("int8", "16x8")
 # Static int8 and 16x8 ranges come from this many calibration texts; on
@@ -61,3 +72,21 @@ def is_export_folder(path):
             return "artefacts" in json.load(f)
     except (OSError, ValueError):
         return False
+
+
+def check_export(model, out, data, calibration=None, formats=None, quantizations=QUANTIZATIONS, overwrite=False):
+    """Refuses an export that no model could make: an unknown format or
+    quantization, or an `out` kbert may not write. Cheap: loads nothing.
+
+    Returns:
+        tuple. The quantizations, parsed (`parse_names`).
+    """
+    if formats:
+        parse_names(formats, FORMATS, "format")
+    quantizations = parse_names(quantizations, QUANTIZATIONS, "quantization")
+    name = os.path.basename(os.path.normpath(out))
+    if not name or name in (".", ".."):
+        raise ValueError(f"out={out!r}; expected a folder path whose base name names the model")
+    check_distinct({"--out": out}, {"--model": model, "--data": data, "--calibration": calibration})
+    check_output_folder(out, "export", is_export_folder, overwrite, EXPORT_FOLDER_NAMES)
+    return quantizations

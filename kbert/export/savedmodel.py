@@ -30,14 +30,13 @@ import tensorflow as tf
 
 from kbert.config import ENCODER_INPUTS
 from kbert.export.graph import model_outputs
+from kbert.export.options import MODELS_CONFIG, VOCAB_ASSET
 from kbert.export.serving import serving_for
 from kbert.text import save_vocab
 
 SERVING_VERSION = 1
 TEXT_SIGNATURE = "serving_default"
 TOKENS_SIGNATURE = "serve_tokens"
-VOCAB_ASSET = "vocab.txt"
-MODELS_CONFIG = "models.config"
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 # TF Serving replays at most this many warm-up records; a few short ones are
 # enough to trace the graph and fill the kernel caches.

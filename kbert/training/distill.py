@@ -39,8 +39,7 @@ from kbert.modelfolder import (
     MODEL_FILE,
     SETTINGS_FILE,
     ModelFolder,
-    check_model_out,
-    is_model_folder,
+    check_student_out,
     write_model_folder,
 )
 from kbert.models import bert_encoder
@@ -301,13 +300,7 @@ def distill(
         raise ValueError(f"temperature={temperature!r}; expected a finite number above 0")
     if unlabelled_limit is not None and not (isinstance(unlabelled_limit, int) and unlabelled_limit >= 1):
         raise ValueError(f"unlabelled_limit={unlabelled_limit!r}; expected a positive integer")
-    if os.path.abspath(out) == os.path.abspath(teacher):
-        raise ValueError(f"--out {out} is the teacher's folder; write the student to another")
-    if not is_model_folder(teacher):
-        raise ValueError(f"--teacher {teacher} is not a kbert model folder (what kbert finetune --out writes)")
-    check_model_out(out, overwrite, {
-        "--teacher": teacher, "--train": train, "--dev": dev, "--unlabelled": unlabelled, "--student": student,
-    })
+    check_student_out(teacher, out, overwrite, train, dev, unlabelled, student)
     teacher_folder = ModelFolder.load(teacher)
     if sequence_length is not None:
         teacher_folder.set_sequence_length(sequence_length)
