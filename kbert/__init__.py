@@ -12,6 +12,8 @@ step; elsewhere, name `kbert.TaskModel` first.
 import importlib
 import sys
 
+from kbert.lazy import lazy_names
+
 __version__ = "0.1.0"
 
 _EXPORTS = {
@@ -26,16 +28,7 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'kbert' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)
 
 
 # Keras on TensorFlow has loaded TensorFlow already: TaskModel, whose

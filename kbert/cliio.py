@@ -159,7 +159,7 @@ def interrupted_line(args):
                     "run the same command again to resume")
         return f"interrupted before the first epoch ended; {out} was not written"
     if args.command == "pretrain":
-        from kbert.pretraining.train import BACKUP_FOLDER
+        from kbert.pretraining.run_folder import BACKUP_FOLDER
 
         if args.checkpoint_every and os.path.isdir(os.path.join(out, BACKUP_FOLDER)):
             return (f"interrupted; the last checkpoint is in {os.path.join(out, BACKUP_FOLDER)}; "

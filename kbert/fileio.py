@@ -69,6 +69,19 @@ def read_json(path, remedy=""):
         raise ValueError(f"{path} is not valid JSON ({error}){remedy}") from None
 
 
+def check_new_folder(path, leftovers=(), name=None):
+    """Refuses a `path` that is a file, or a folder holding anything but
+    `leftovers` (what a killed run of the same command leaves to resume from).
+
+    `name`: how messages name it (default: `path`).
+    """
+    name = name or path
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise ValueError(f"{name}: a file of that name exists; expected a new folder")
+    if os.path.isdir(path) and set(os.listdir(path)) - set(leftovers):
+        raise ValueError(f"{name} exists and is not empty; choose a new folder")
+
+
 def check_output_folder(out, what, is_ours, overwrite=False, known_names=()):
     """Refuses an output folder kbert may not write, before any work starts.
 

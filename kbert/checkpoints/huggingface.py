@@ -16,6 +16,7 @@ from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
 from kbert.config import PACKAGED_CHECKPOINTS, PRESETS, BertConfig
+from kbert.fileio import check_new_folder
 from kbert.models.encoder import bert_encoder
 
 # Hugging Face activation names -> kbert's. HF's "gelu" is the exact erf form.
@@ -309,8 +310,7 @@ def save_hf_checkpoint(encoder, config, vocabulary, path, lowercase=True, pretra
     """Writes `encoder` as a Hugging Face BERT folder (written aside, then renamed):
     a `BertModel`, or with `pretrainer` (a `bert_pretrainer` of `encoder`) a
     `BertForPreTraining` that keeps its masked-LM and next-sentence heads."""
-    if os.path.exists(path) and os.listdir(path):
-        raise ValueError(f"{path} exists and is not empty; choose a new folder")
+    check_new_folder(path)
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".kbert-", dir=parent)

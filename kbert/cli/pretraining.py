@@ -12,6 +12,7 @@ import sys
 from kbert.cliargs import add_command, fraction, learning_rate, positive_int
 from kbert.cliio import CliError, check_output_file, is_vocab_file
 from kbert.fileio import check_distinct, write_file
+from kbert.pretraining.run_folder import check_run_folder
 
 
 def cmd_tokenize(args):
@@ -109,6 +110,7 @@ def check_pretrain(args):
         )
     inputs = {"--records": args.records, "--corpus": args.corpus, "--vocab": _pretraining_vocab(args)}
     check_distinct({"--out": args.out}, inputs)
+    check_run_folder(args.out, resumable=args.checkpoint_every is not None)
 
 
 def cmd_pretrain(args):

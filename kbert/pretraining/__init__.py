@@ -4,52 +4,36 @@ The model (`bert_pretrainer`, in `kbert.models`) uses `keras.ops` only; the
 data functions are TensorFlow (tf.data, tf-text) and import it when called.
 The model, its masked-LM head and the corpus reader live below this package
 (`kbert.models`, `kbert.layers`, `kbert.corpus`), where checkpoint loading and
-distillation read them too; they are handed on here.
+distillation read them too; they are handed on here. The names below load on
+first use, so that `kbert.pretraining.run_folder` imports no Keras.
 """
 
-from kbert.corpus import read_documents
-from kbert.layers.masked_lm_head import MaskedLMHead
-from kbert.models.pretrainer import (
-    MASKED_LM,
-    NEXT_SENTENCE,
-    BertPretrainer,
-    bert_pretrainer,
-    pretraining_losses,
-    pretraining_metrics,
-)
-from kbert.pretraining.dynamic_masking import make_dynamic_masking_dataset
-from kbert.pretraining.instances import InstanceOptions, SpecialIds, create_training_instances
-from kbert.pretraining.records import (
-    feature_spec,
-    make_pretraining_dataset,
-    read_metadata,
-    write_pretraining_data,
-)
-from kbert.pretraining.train import pretrain
-from kbert.pretraining.vocabulary import learn_vocabulary
-# BERT's optimizers (AdamW or LAMB, warmup then linear decay, no decay on
-# LayerNorm and biases) are shared with fine-tuning.
-from kbert.training.optimizers import WarmupPolynomialDecay, make_optimizer
+from kbert.lazy import lazy_names
 
-__all__ = [
-    "MASKED_LM",
-    "NEXT_SENTENCE",
-    "BertPretrainer",
-    "InstanceOptions",
-    "MaskedLMHead",
-    "SpecialIds",
-    "WarmupPolynomialDecay",
-    "bert_pretrainer",
-    "create_training_instances",
-    "feature_spec",
-    "learn_vocabulary",
-    "make_dynamic_masking_dataset",
-    "make_optimizer",
-    "make_pretraining_dataset",
-    "pretrain",
-    "pretraining_losses",
-    "pretraining_metrics",
-    "read_documents",
-    "read_metadata",
-    "write_pretraining_data",
-]
+_EXPORTS = {
+    "MASKED_LM": "kbert.models.pretrainer",
+    "NEXT_SENTENCE": "kbert.models.pretrainer",
+    "BertPretrainer": "kbert.models.pretrainer",
+    "InstanceOptions": "kbert.pretraining.instances",
+    "MaskedLMHead": "kbert.layers.masked_lm_head",
+    "SpecialIds": "kbert.pretraining.instances",
+    # BERT's optimizers (AdamW or LAMB, warmup then linear decay, no decay on
+    # LayerNorm and biases) are shared with fine-tuning.
+    "WarmupPolynomialDecay": "kbert.training.optimizers",
+    "bert_pretrainer": "kbert.models.pretrainer",
+    "create_training_instances": "kbert.pretraining.instances",
+    "feature_spec": "kbert.pretraining.records",
+    "learn_vocabulary": "kbert.pretraining.vocabulary",
+    "make_dynamic_masking_dataset": "kbert.pretraining.dynamic_masking",
+    "make_optimizer": "kbert.training.optimizers",
+    "make_pretraining_dataset": "kbert.pretraining.records",
+    "pretrain": "kbert.pretraining.train",
+    "pretraining_losses": "kbert.models.pretrainer",
+    "pretraining_metrics": "kbert.models.pretrainer",
+    "read_documents": "kbert.corpus",
+    "read_metadata": "kbert.pretraining.records",
+    "write_pretraining_data": "kbert.pretraining.records",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)

@@ -19,6 +19,14 @@ from kbert.config import PRESETS, BertConfig
 from kbert.hardware import log_dtype
 from kbert.models.pretrainer import bert_pretrainer
 from kbert.pretraining.records import make_pretraining_dataset, read_metadata
+from kbert.pretraining.run_folder import (
+    BACKUP_FOLDER,
+    ENCODER_FOLDER,
+    HISTORY_FILE,
+    LOGS_FOLDER,
+    WEIGHTS_FILE,
+    check_run_folder,
+)
 from kbert.training.backup import AtomicBackup, PendingInterrupt
 from kbert.training.distribute import (
     chief_folder,
@@ -36,13 +44,6 @@ DEFAULT_WARMUP_FRACTION = 0.1
 # LAMB's peak rate for batches of 64..256 (You et al., 2020, scale it up with
 # the batch; google's AdamW used 1e-4 at batch 256).
 DEFAULT_LAMB_LEARNING_RATE = 1e-3
-ENCODER_FOLDER = "encoder"
-WEIGHTS_FILE = "pretrainer.weights.h5"
-HISTORY_FILE = "history.json"
-# Written while training, inside `out`: TensorBoard event files, and the last
-# checkpoints (removed when the run completes).
-LOGS_FOLDER = "logs"
-BACKUP_FOLDER = "backup"
 
 
 class _ScalarLogs(keras.callbacks.Callback):
@@ -250,14 +251,10 @@ def pretrain(
             raise ValueError(f"{name}={value!r} must be a positive integer")
     if num_warmup_steps is None:
         num_warmup_steps = int(DEFAULT_WARMUP_FRACTION * num_train_steps)
+    # What a killed run leaves: rerunning resumes it (or restarts it, killed
+    # before its first checkpoint).
+    check_run_folder(out, resumable=checkpoint_every is not None)
     backup_dir = os.path.join(out, BACKUP_FOLDER)
-    found = set(os.listdir(out)) if os.path.isdir(out) else set()
-    if checkpoint_every is not None:
-        # What a killed run leaves: rerunning resumes it (or restarts it,
-        # killed before its first checkpoint).
-        found -= {LOGS_FOLDER, BACKUP_FOLDER}
-    if found:
-        raise ValueError(f"{out} exists and is not empty; choose a new folder")
     if isinstance(vocabulary, (str, os.PathLike)):
         vocabulary = load_vocab(vocabulary)
     if checkpoint_every is not None:
