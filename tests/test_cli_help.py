@@ -122,7 +122,7 @@ def test_a_missing_input_is_refused_before_tensorflow_loads(tmp_path):
 TRAIN = "--train given.csv --dev given.csv"
 NO_MODEL = "--model nowhere: no such model folder"
 # What is refused before TensorFlow loads, beside missing inputs: (arguments, the error).
-# A bad --init, --model or --out; options that do not go together.
+# A bad --init, --model or --out; options that do not go together; finetune's bad data.
 EARLY_REFUSALS = [
     (f"finetune {TRAIN} --init nowhere --out runs/m",
      "--init nowhere: no such checkpoint folder, packaged checkpoint (all-minilm-l6-v2) or preset "
@@ -135,6 +135,11 @@ EARLY_REFUSALS = [
      "--out given.csv is --train given.csv, which this command reads; choose another --out"),
     (f"finetune {TRAIN} --init all-minilm-l6-v2 --out given.txt",
      "--out given.txt: a file of that name exists; expected a model folder"),
+    (f"finetune {TRAIN} --init all-minilm-l6-v2 --out runs/m", "given.csv has a header but no rows"),
+    (f"finetune --task text-pair-classification {TRAIN} --init all-minilm-l6-v2 --out runs/m",
+     "given.csv has no column 'sentence1'; its columns are ['text', 'label']"),
+    ("finetune --train games.csv --dev games.csv --init all-minilm-l6-v2 --out runs/m",
+     "games.csv has 1 distinct label(s) ['games']; need at least 2"),
     ("predict --model nowhere hello",
      f"{NO_MODEL}; a pretrained checkpoint needs --task, one that needs no training (sentence-embedding, fill-mask)"),
     ("evaluate --model given.csv --data given.csv", "--model given.csv: no such model folder; a pretrained checkpoint "
@@ -184,12 +189,13 @@ def test_what_needs_no_tensorflow_is_refused_before_it_loads(tmp_path):
     for name in ["given.csv", "given.txt", "mine/notes.txt"]:
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text("text,label\n", encoding="utf-8")
+    (tmp_path / "games.csv").write_text("text,label\nA game of chess.,games\n", encoding="utf-8")
     (tmp_path / "topics").mkdir()  # what kbert.json says of a model folder, which is all these checks read
     (tmp_path / "topics" / "kbert.json").write_text('{"task": "text-classification", "bert_config": {}}')
     statuses, tensorflow_loaded, lines = run_in_one_process([argv for argv, _ in EARLY_REFUSALS], tmp_path)
     assert statuses == [2] * len(EARLY_REFUSALS) and not tensorflow_loaded, lines
     assert lines == [f"kbert: error: {error}" for _, error in EARLY_REFUSALS]
-    assert sorted(os.listdir(tmp_path)) == ["given.csv", "given.txt", "mine", "topics"]  # nothing written
+    assert sorted(os.listdir(tmp_path)) == ["games.csv", "given.csv", "given.txt", "mine", "topics"]  # nothing written
 
 
 def test_every_option_shows_its_default():

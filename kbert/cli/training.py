@@ -3,7 +3,7 @@
 `add_training_commands(subparsers, tasks)` adds them; each `cmd_*` runs one and
 imports TensorFlow only then, so `kbert --help` stays instant; each refuses
 a bad `--init`, `--teacher` or `--out` before it loads (`check_finetune`,
-`check_distill`).
+`check_distill`), and finetune its bad data too.
 """
 
 from kbert.cliargs import (
@@ -23,17 +23,23 @@ from kbert.cliio import print_json
 from kbert.config import check_init
 from kbert.modelfolder import check_model_out, check_student_out
 from kbert.recipes import DISTILLATION
+from kbert.tasks import DEFAULT_TASK, TASKS, get_task
 
 
 def check_finetune(args):
-    """finetune's refusals that need no TensorFlow, made before it loads; finetune makes them again."""
+    """finetune's refusals that need no TensorFlow, made before it loads; finetune makes
+    them again: its --init and --out, then its data (each bad row named by file and line)."""
     check_init(args.init, args.vocab)
     inputs = {"--train": args.train, "--dev": args.dev, "--init": args.init, "--vocab": args.vocab}
     check_model_out(args.out, args.overwrite, inputs)
+    get_task(args.task).read_training(args.train, args.dev, _finetune_options(args))
+
+
+def _finetune_options(args):
+    return task_options(args, [o.name for o in get_task(args.task).options])
 
 
 def cmd_finetune(args):
-    from kbert.tasks import get_task
     from kbert.training.finetune import finetune
 
     task = get_task(args.task)
@@ -43,7 +49,7 @@ def cmd_finetune(args):
         args.init,
         args.out,
         task=args.task,
-        options=task_options(args, [o.name for o in task.options]),
+        options=_finetune_options(args),
         sequence_length=args.seq_len,
         batch_size=args.batch_size,
         epochs=args.epochs,
@@ -72,7 +78,6 @@ def check_distill(args):
 
 
 def cmd_distill(args):
-    from kbert.tasks import TASKS
     from kbert.training.distill import distill
 
     metrics = distill(
@@ -183,8 +188,6 @@ def _add_training_arguments(p, tasks=None):
 
 
 def _add_finetune(sub, tasks):
-    from kbert.tasks import DEFAULT_TASK
-
     p = add_command(
         sub, "finetune", "fine-tune a task on a pretrained checkpoint; writes a model folder",
         (

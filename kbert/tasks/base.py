@@ -118,6 +118,16 @@ class Task(ConfigFields):
         return {}
 
     @classmethod
+    def read_training(cls, train, dev, options=None):
+        """`finetune`'s data: `(options, train examples, dev examples, learned)`, the
+        options completed (`resolve_options`) and `learned` what `train` teaches.
+        Needs no TensorFlow, so `kbert finetune` refuses bad data before it loads."""
+        options = cls.resolve_options(options)
+        train_examples = cls.read(train, options)
+        dev_examples = cls.read(dev, options)
+        return options, train_examples, dev_examples, cls.learn(train_examples, train)
+
+    @classmethod
     def resolve_options(cls, options):
         """`options` (name -> value or None) completed with the flags' defaults."""
         given = options or {}

@@ -199,10 +199,7 @@ def finetune(
         raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
     check_init(init, vocab)
     check_model_out(out, overwrite, {"--train": train, "--dev": dev, "--init": init, "--vocab": vocab})
-    options = task_class.resolve_options(options)
-    train_examples = task_class.read(train, options)
-    dev_examples = task_class.read(dev, options)
-    task_settings = task_class.learn(train_examples, train)
+    options, train_examples, dev_examples, task_settings = task_class.read_training(train, dev, options)
 
     set_seeds(seed, deterministic)
     strategy = get_strategy(strategy)
