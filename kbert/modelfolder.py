@@ -125,11 +125,7 @@ class ModelFolder:
         self.sequence_length = settings["sequence_length"]
         self.lowercase = settings["lowercase"]
         self.tokenizer = WordPieceTokenizer(vocabulary, lowercase=self.lowercase)
-        # Folders written before one config per task kept the data options apart.
-        former = {k: v for k, v in (settings.get("options") or {}).items() if v is not None}
-        self.task = get_task(settings["task"]).stored(
-            self.tokenizer, self.sequence_length, {**former, **settings["task_settings"]}
-        )
+        self.task = get_task(settings["task"]).stored(self.tokenizer, self.sequence_length, _task_values(settings))
 
     @classmethod
     def load(cls, folder):
@@ -384,6 +380,31 @@ def open_model(model, task=None, options=None, sequence_length=None):
 
 def _stored_task(folder):
     return _read_settings(folder, os.path.join(folder, SETTINGS_FILE))["task"]
+
+
+def _task_values(settings):
+    """The task's config values in `kbert.json`'s `settings`."""
+    # Folders written before one config per task kept the data options apart.
+    former = {k: v for k, v in (settings.get("options") or {}).items() if v is not None}
+    return {**former, **settings["task_settings"]}
+
+
+def stored_data_options(folder, given=None):
+    """A model folder's task and the data options it reads with: `(task class,
+    options)` as `ModelFolder.load(folder).use_options(given)` gives them, from
+    `kbert.json` alone, so the command line can read data before TensorFlow loads.
+
+    None if `kbert.json` is not what kbert writes (`ModelFolder.load` says what is
+    wrong); a `given` option that the model cannot take is refused as `use_options` does.
+    """
+    try:
+        settings = _read_settings(folder, os.path.join(folder, SETTINGS_FILE))
+        task_class = get_task(settings["task"])
+        config = task_class.Config.create(task_class.Config.with_formers(_task_values(settings)))
+    except (KeyError, TypeError, ValueError):
+        return None
+    config = config.merged(given, trained=True)
+    return task_class, {option.name: getattr(config, option.name) for option in task_class.options}
 
 
 def _read_settings(folder, path):

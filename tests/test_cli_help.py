@@ -122,7 +122,7 @@ def test_a_missing_input_is_refused_before_tensorflow_loads(tmp_path):
 TRAIN = "--train given.csv --dev given.csv"
 NO_MODEL = "--model nowhere: no such model folder"
 # What is refused before TensorFlow loads, beside missing inputs: (arguments, the error).
-# A bad --init, --model or --out; options that do not go together; finetune's bad data.
+# A bad --init, --model or --out; options that do not go together; data the command cannot read.
 EARLY_REFUSALS = [
     (f"finetune {TRAIN} --init nowhere --out runs/m",
      "--init nowhere: no such checkpoint folder, packaged checkpoint (all-minilm-l6-v2) or preset "
@@ -158,6 +158,10 @@ EARLY_REFUSALS = [
      "--teacher nowhere is not a kbert model folder (what kbert finetune --out writes)"),
     (f"distill --teacher topics {TRAIN} --out given.csv",
      "--out given.csv is --train given.csv, which this command reads; choose another --out"),
+    ("evaluate --model topics --data given.csv", "given.csv has a header but no rows"),
+    ("predict --model topics --input games.csv --text-column body",
+     "games.csv has no column 'body'; its columns are ['text', 'label']"),
+    ("embed --model all-minilm-l6-v2 --input mine/empty.txt --output e.npy", "mine/empty.txt holds no texts"),
     ("predict --model topics --task token-classification hello",
      "--task token-classification does not match --model topics, a text-classification model folder: "
      "omit --task, or pass a token-classification model folder"),
@@ -191,7 +195,10 @@ def test_what_needs_no_tensorflow_is_refused_before_it_loads(tmp_path):
         (tmp_path / name).write_text("text,label\n", encoding="utf-8")
     (tmp_path / "games.csv").write_text("text,label\nA game of chess.,games\n", encoding="utf-8")
     (tmp_path / "topics").mkdir()  # what kbert.json says of a model folder, which is all these checks read
-    (tmp_path / "topics" / "kbert.json").write_text('{"task": "text-classification", "bert_config": {}}')
+    (tmp_path / "mine" / "empty.txt").write_text("")
+    (tmp_path / "topics" / "kbert.json").write_text(
+        '{"task": "text-classification", "task_settings": {"labels": ["editors", "games"]}, "bert_config": {}}'
+    )
     statuses, tensorflow_loaded, lines = run_in_one_process([argv for argv, _ in EARLY_REFUSALS], tmp_path)
     assert statuses == [2] * len(EARLY_REFUSALS) and not tensorflow_loaded, lines
     assert lines == [f"kbert: error: {error}" for _, error in EARLY_REFUSALS]

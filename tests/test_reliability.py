@@ -352,3 +352,31 @@ def test_output_files_are_not_overwritten_without_overwrite(tmp_path, capsys):
     vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")  # kbert's kind: --overwrite replaces it
     err = error_of(["vocab", "--corpus", str(texts), "--size", "10", "--out", str(vocab)], capsys)
     assert "vocab.txt exists; pass --overwrite" in err
+
+
+def test_the_data_options_the_cli_reads_with_before_tensorflow_are_the_loaded_folders(tmp_path):
+    """`kbert evaluate` and `predict` read data before TensorFlow loads with the options
+    `stored_data_options` gives from kbert.json: those of the loaded folder, and what
+    `use_options` refuses is refused in its words."""
+    from kbert.modelfolder import ModelFolder, stored_data_options
+    from kbert.tasks import TASKS
+
+    folders = {
+        "token-classification": write_task_folder(
+            tmp_path / "ner", "token-classification", {"tags": ["O", "B-LOC", "I-LOC"], "word_split": "none"}, TINY
+        ),
+        "text-pair-regression": write_task_folder(tmp_path / "pairs", "text-pair-regression", {}, TINY),
+    }
+    given = {"tag_scheme": "IOB2", "context": "document", "score_column": "similarity", "text_column": "x"}
+    for name, folder in folders.items():
+        for options in ({}, given):
+            assert stored_data_options(folder, options) == (TASKS[name], ModelFolder.load(folder).use_options(options))
+    assert stored_data_options(folders["token-classification"], {})[1]["word_split"] == "none"
+    with pytest.raises(ValueError) as loaded:
+        ModelFolder.load(folders["text-pair-regression"]).use_options({"head": "cross"})
+    with pytest.raises(ValueError, match="^--head 'cross': this model has head 'cross-cosine'"):
+        stored_data_options(folders["text-pair-regression"], {"head": "cross"})
+    assert str(loaded.value).startswith("--head 'cross': this model has head 'cross-cosine'")
+    with open(os.path.join(folders["token-classification"], "kbert.json"), "w") as f:
+        f.write('{"task": "token-classification", "bert_config": {}}')  # not what kbert writes
+    assert stored_data_options(folders["token-classification"]) is None

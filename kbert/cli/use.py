@@ -4,7 +4,7 @@
 runs one and imports TensorFlow only then, so `kbert --help` stays instant.
 Each `check_*` makes the command's refusals that need no TensorFlow (a
 `--model` that names nothing, options that do not go together, an output
-kbert may not write), before it loads.
+kbert may not write, data a model folder's task cannot read), before it loads.
 """
 
 import json
@@ -32,6 +32,24 @@ def _load_model_folder(args):
     return folder, folder.use_options(given)
 
 
+def _check_data(args, path, targets=True):
+    """Reads `path` as `--model`'s task will (a model folder's, with its stored
+    options), so that bad data is refused before TensorFlow loads."""
+    from kbert.modelfolder import is_model_folder, stored_data_options
+
+    if args.task is not None or not is_model_folder(args.model):
+        return
+    stored = stored_data_options(args.model, task_options(args))
+    if stored is not None:
+        task_class, options = stored
+        task_class.read(path, options, targets=targets)
+
+
+def check_evaluate(args):
+    check_model(args)
+    _check_data(args, args.data)
+
+
 def cmd_evaluate(args):
     folder, options = _load_model_folder(args)
     examples = folder.task.read(args.data, options)
@@ -48,12 +66,21 @@ def check_predict(args):
     check_model(args)
     if bool(args.texts) == bool(args.input):
         raise CliError("give either TEXT arguments or --input FILE")
+    if args.input and _is_data_file(args.input):
+        _check_data(args, args.input, targets=False)
+    elif args.input:
+        read_texts(args.input)
+
+
+def _is_data_file(path):
+    """Whether `predict --input` reads `path` with the task's data reader."""
+    return os.path.splitext(path)[1].lower() in PREDICT_DATA_FILES
 
 
 def cmd_predict(args):
     folder, options = _load_model_folder(args)
     task = folder.task
-    if args.input and os.path.splitext(args.input)[1].lower() in PREDICT_DATA_FILES:
+    if args.input and _is_data_file(args.input):
         examples = task.read(args.input, options, targets=False)
     else:
         examples = task.examples_from_texts(args.texts or read_texts(args.input))
@@ -70,6 +97,7 @@ def check_embed(args):
         "--output", args.output, args.overwrite, is_npy, "a .npy array file",
         {"--input": args.input, "--model": args.model},
     )
+    read_texts(args.input)
 
 
 def cmd_embed(args):
@@ -141,7 +169,7 @@ def add_use_commands(sub, tasks, embedding_tasks):
     p.add_argument("--data", required=True, help="labelled data in the task's format")
     p.add_argument("--batch-size", type=positive_int, default=64, help="texts per inference batch")
     add_task_options(p, tasks, stored=True)
-    p.set_defaults(run=cmd_evaluate, reads=("data",))
+    p.set_defaults(run=cmd_evaluate, check=check_evaluate, reads=("data",))
 
     p = add_command(
         sub, "predict", "the task's predictions as JSON lines",
