@@ -160,6 +160,20 @@ def check_model(args):
         check_model_name(args.model, args.task)
 
 
+def check_model_data(args, path, targets=True):
+    """Reads `path` as `--model`'s task will (a model folder's, with its stored
+    options and those given), so that data it cannot read is refused before
+    TensorFlow loads; `targets=False` for inputs alone."""
+    from kbert.modelfolder import is_model_folder, stored_data_options
+
+    if args.task is not None or not is_model_folder(args.model):
+        return
+    stored = stored_data_options(args.model, task_options(args))
+    if stored is not None:
+        task_class, options = stored
+        task_class.read(path, options, targets=targets)
+
+
 def add_model_arguments(parser, task=None, required=True):
     """`--model`, `--task` and `--seq-len`: a model folder, or a task built on a checkpoint.
 

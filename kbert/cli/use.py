@@ -16,6 +16,7 @@ from kbert.cliargs import (
     add_model_arguments,
     add_task_options,
     check_model,
+    check_model_data,
     positive_int,
     task_options,
 )
@@ -32,22 +33,9 @@ def _load_model_folder(args):
     return folder, folder.use_options(given)
 
 
-def _check_data(args, path, targets=True):
-    """Reads `path` as `--model`'s task will (a model folder's, with its stored
-    options), so that bad data is refused before TensorFlow loads."""
-    from kbert.modelfolder import is_model_folder, stored_data_options
-
-    if args.task is not None or not is_model_folder(args.model):
-        return
-    stored = stored_data_options(args.model, task_options(args))
-    if stored is not None:
-        task_class, options = stored
-        task_class.read(path, options, targets=targets)
-
-
 def check_evaluate(args):
     check_model(args)
-    _check_data(args, args.data)
+    check_model_data(args, args.data)
 
 
 def cmd_evaluate(args):
@@ -67,7 +55,7 @@ def check_predict(args):
     if bool(args.texts) == bool(args.input):
         raise CliError("give either TEXT arguments or --input FILE")
     if args.input and _is_data_file(args.input):
-        _check_data(args, args.input, targets=False)
+        check_model_data(args, args.input, targets=False)
     elif args.input:
         read_texts(args.input)
 

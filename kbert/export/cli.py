@@ -107,11 +107,14 @@ def add_export_parser(subparsers):
 
 def check_export_args(args):
     """export's refusals that need no TensorFlow, made before it loads; `export_model` makes them again."""
-    from kbert.cliargs import check_model
+    from kbert.cliargs import check_model, check_model_data
     from kbert.export.options import check_export
 
     check_export(args.model, args.out, args.data, args.calibration, args.formats, args.quantize, args.overwrite)
     check_model(args)
+    check_model_data(args, args.data)
+    if args.calibration:
+        check_model_data(args, args.calibration, targets=False)
 
 
 def run_export(args):
