@@ -25,6 +25,10 @@ _EXPORTS = {
     "bert_classifier": "kbert.models",
     "bert_embedder": "kbert.models",
     "bert_encoder": "kbert.models",
+    # What `kbert finetune`, `distill` and `export` run, by the same names.
+    "finetune": "kbert.training.finetune",
+    "distill": "kbert.training.distill",
+    "export_model": "kbert.export.exporter",
 }
 
 __all__ = sorted(_EXPORTS)
