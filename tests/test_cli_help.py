@@ -51,6 +51,13 @@ def test_help_prints_nothing_on_stderr():
         assert result.stderr == "", (command, result.stderr)
 
 
+def test_kbert_alone_shows_the_commands_and_fails():
+    result = subprocess.run([sys.executable, "-m", "kbert.cli"], capture_output=True, text=True, cwd=ROOT,
+                            env=quiet_env(), timeout=60)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == build_parser().format_help() and "\n    finetune " in result.stderr
+
+
 def test_build_parser_imports_no_tensorflow():
     code = (
         "import sys, kbert.cli; kbert.cli.build_parser(); "

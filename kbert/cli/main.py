@@ -139,6 +139,9 @@ def build_parser():
 
 def main(argv=None):
     parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):
+        parser.print_help(sys.stderr)  # bare `kbert`: what it does, not only that a command is missing
+        return 2
     args = parser.parse_args(argv)
     # SIGTERM (a killed job, `timeout`) unwinds like Ctrl-C: half-written
     # outputs are removed, and one line says what was kept.
