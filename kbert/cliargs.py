@@ -161,15 +161,18 @@ def check_model(args):
 
 
 def check_model_data(args, path, targets=True):
-    """Reads `path` as `--model`'s task will (a model folder's, with its stored
-    options and those given), so that data it cannot read is refused before
-    TensorFlow loads; `targets=False` for inputs alone."""
+    """Reads `path` as the command will (a model folder's task with its stored
+    options and those given, or a `--task` that needs no training with those
+    given), so that data it cannot read is refused before TensorFlow loads;
+    `targets=False` for inputs alone."""
     from kbert.modelfolder import is_model_folder, stored_data_options
+    from kbert.tasks import get_task
 
-    if args.task is not None or not is_model_folder(args.model):
-        return
-    stored = stored_data_options(args.model, task_options(args))
-    if stored is not None:
+    given = task_options(args)
+    task_class = None if args.task is None else get_task(args.task)
+    if task_class is not None and not task_class.trainable:
+        task_class.read(path, task_class.resolve_options(given), targets=targets)
+    elif is_model_folder(args.model) and (stored := stored_data_options(args.model, given)) is not None:
         task_class, options = stored
         task_class.read(path, options, targets=targets)
 

@@ -166,6 +166,8 @@ EARLY_REFUSALS = [
     (f"distill --teacher topics {TRAIN} --out given.csv",
      "--out given.csv is --train given.csv, which this command reads; choose another --out"),
     ("evaluate --model topics --data given.csv", "given.csv has a header but no rows"),
+    ("evaluate --task sentence-embedding --model all-minilm-l6-v2 --data given.csv",
+     "given.csv has no column 'sentence1'; its columns are ['text', 'label']"),
     ("predict --model topics --input games.csv --text-column body",
      "games.csv has no column 'body'; its columns are ['text', 'label']"),
     ("export --model topics --data games.csv --calibration given.csv --out saved_models/m",
