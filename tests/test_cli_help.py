@@ -170,8 +170,7 @@ EARLY_REFUSALS = [
      "given.csv has no column 'sentence1'; its columns are ['text', 'label']"),
     ("predict --model topics --input games.csv --text-column body",
      "games.csv has no column 'body'; its columns are ['text', 'label']"),
-    ("export --model topics --data games.csv --calibration given.csv --out saved_models/m",
-     "given.csv has a header but no rows"),
+    ("export --model topics --data given.csv --out saved_models/m", "given.csv has a header but no rows"),
     ("embed --model all-minilm-l6-v2 --input mine/empty.txt --output e.npy", "mine/empty.txt holds no texts"),
     ("predict --model topics --task token-classification hello",
      "--task token-classification does not match --model topics, a text-classification model folder: "

@@ -112,9 +112,7 @@ def check_export_args(args):
 
     check_export(args.model, args.out, args.data, args.calibration, args.formats, args.quantize, args.overwrite)
     check_model(args)
-    check_model_data(args, args.data)
-    if args.calibration:
-        check_model_data(args, args.calibration, targets=False)
+    check_model_data(args, args.data)  # --calibration is read only if a quantization needs it
 
 
 def run_export(args):
