@@ -4,7 +4,7 @@
 runs one and imports TensorFlow only then, so `kbert --help` stays instant.
 Each `check_*` makes the command's refusals that need no TensorFlow (a
 `--model` that names nothing, options that do not go together, an output
-kbert may not write, data a model folder's task cannot read), before it loads.
+kbert may not write, data the task cannot read), before it loads.
 """
 
 import json
