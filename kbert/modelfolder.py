@@ -257,7 +257,7 @@ class ModelFolder:
             (`Task.use_options`); read data with it.
         """
         self.task.use_options(given)
-        return {option.name: getattr(self.task, option.name) for option in self.task.options}
+        return self.task.option_values(self.task.config)
 
     # === The model ===
 
@@ -404,7 +404,7 @@ def stored_data_options(folder, given=None):
     except (KeyError, TypeError, ValueError):
         return None
     config = config.merged(given, trained=True)
-    return task_class, {option.name: getattr(config, option.name) for option in task_class.options}
+    return task_class, task_class.option_values(config)
 
 
 def _read_settings(folder, path):

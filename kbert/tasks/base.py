@@ -128,6 +128,11 @@ class Task(ConfigFields):
         return options, train_examples, dev_examples, cls.learn(train_examples, train)
 
     @classmethod
+    def option_values(cls, config):
+        """Every option's value in `config` (this task's `Config`), by name: what data is read with."""
+        return {option.name: getattr(config, option.name) for option in cls.options}
+
+    @classmethod
     def resolve_options(cls, options):
         """`options` (name -> value or None) completed with the flags' defaults."""
         given = options or {}

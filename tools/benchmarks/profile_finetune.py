@@ -236,13 +236,10 @@ def main(argv=None):
     from kbert.text import WordPieceTokenizer
 
     task_class = get_task(args.task)
-    options = task_class.resolve_options(None)
-    train = task_class.read(args.train, options)
-    dev = task_class.read(args.dev, options)
+    options, train, dev, learned = task_class.read_training(args.train, args.dev)
     keras.utils.set_random_seed(0)
     config, encoder, vocabulary, lowercase = init_encoder(args.init, dtype=args.dtype)
-    task = task_class(WordPieceTokenizer(vocabulary, lowercase=lowercase), args.seq_len,
-                      **task_class.learn(train, args.train))
+    task = task_class(WordPieceTokenizer(vocabulary, lowercase=lowercase), args.seq_len, **learned)
     task.use_options(options)
 
     # 0 asks for random batches (None); no flag, for kbert finetune's buckets.

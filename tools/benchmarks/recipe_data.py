@@ -113,10 +113,7 @@ def group_split(train_csv, out_folder, seed=0):
 
 
 def kbert_arrays(task_class, tokenizer, train_path, dev_path):
-    options = task_class.resolve_options({})
-    train = task_class.read(train_path, options)
-    dev = task_class.read(dev_path, options)
-    settings = task_class.learn(train, train_path)
+    options, train, dev, settings = task_class.read_training(train_path, dev_path)
     task = task_class(tokenizer, SEQUENCE_LENGTH, **settings)
     task.use_options(options)
     settings = task.settings()
