@@ -147,6 +147,11 @@ EARLY_REFUSALS = [
      "given.csv has no column 'sentence1'; its columns are ['text', 'label']"),
     ("finetune --train games.csv --dev games.csv --init all-minilm-l6-v2 --out runs/m",
      "games.csv has 1 distinct label(s) ['games']; need at least 2"),
+    ("finetune --train topics.csv --dev games.csv --init all-minilm-l6-v2 --out runs/m",
+     "games.csv, line 2: label 'games' is not one the model knows (1 unknown: ['games']); "
+     "expected one of ['editors', 'web']"),
+    ("finetune --task token-classification --train ner.txt --dev mine/ner.txt --init all-minilm-l6-v2 --out runs/m",
+     "mine/ner.txt, line 1: tag 'B-PER' was not in the training data; the model knows ['O', 'B-LOC']"),
     ("predict --model nowhere hello",
      f"{NO_MODEL}; a pretrained checkpoint needs --task, one that needs no training (sentence-embedding, fill-mask)"),
     ("evaluate --model given.csv --data given.csv", "--model given.csv: no such model folder; a pretrained checkpoint "
@@ -204,15 +209,18 @@ def test_what_needs_no_tensorflow_is_refused_before_it_loads(tmp_path):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text("text,label\n", encoding="utf-8")
     (tmp_path / "games.csv").write_text("text,label\nA game of chess.,games\n", encoding="utf-8")
+    (tmp_path / "topics.csv").write_text("text,label\nA text editor.,editors\nA web server.,web\n", encoding="utf-8")
+    (tmp_path / "ner.txt").write_text("Paris B-LOC\nwins O\n", encoding="utf-8")
     (tmp_path / "topics").mkdir()  # what kbert.json says of a model folder, which is all these checks read
     (tmp_path / "mine" / "empty.txt").write_text("")
+    (tmp_path / "mine" / "ner.txt").write_text("Bob B-PER\nwins O\n", encoding="utf-8")
     (tmp_path / "topics" / "kbert.json").write_text(
         '{"task": "text-classification", "task_settings": {"labels": ["editors", "games"]}, "bert_config": {}}'
     )
     statuses, tensorflow_loaded, lines = run_in_one_process([argv for argv, _ in EARLY_REFUSALS], tmp_path)
     assert statuses == [2] * len(EARLY_REFUSALS) and not tensorflow_loaded, lines
     assert lines == [f"kbert: error: {error}" for _, error in EARLY_REFUSALS]
-    assert sorted(os.listdir(tmp_path)) == ["games.csv", "given.csv", "given.txt", "mine", "topics"]  # nothing written
+    assert sorted(os.listdir(tmp_path)) == ["games.csv", "given.csv", "given.txt", "mine", "ner.txt", "topics", "topics.csv"]  # nothing written
 
 
 def test_every_option_shows_its_default():

@@ -118,14 +118,23 @@ class Task(ConfigFields):
         return {}
 
     @classmethod
+    def check_learned(cls, learned, examples, source):
+        """Raises `ValueError` naming `source` if `examples` hold targets that
+        `learned` (what the training data taught) lacks, as `check` does for a
+        model's: a dev label no training example has. Default: nothing."""
+
+    @classmethod
     def read_training(cls, train, dev, options=None):
         """`finetune`'s data: `(options, train examples, dev examples, learned)`, the
-        options completed (`resolve_options`) and `learned` what `train` teaches.
-        Needs no TensorFlow, so `kbert finetune` refuses bad data before it loads."""
+        options completed (`resolve_options`), `learned` what `train` teaches and
+        `dev` checked against it. Needs no TensorFlow, so `kbert finetune`
+        refuses bad data before it loads."""
         options = cls.resolve_options(options)
         train_examples = cls.read(train, options)
         dev_examples = cls.read(dev, options)
-        return options, train_examples, dev_examples, cls.learn(train_examples, train)
+        learned = cls.learn(train_examples, train)
+        cls.check_learned(learned, dev_examples, dev)
+        return options, train_examples, dev_examples, learned
 
     @classmethod
     def option_values(cls, config):

@@ -21,6 +21,21 @@ def check_labels(labels):
         raise ValueError(f"labels={labels!r:.200} repeat a name")
 
 
+def label_ids(labels, examples, source):
+    """int32 index in `labels` of each of `examples`' labels; `ValueError` naming
+    `source`, the first unknown label's line and the unknown names."""
+    index = {name: i for i, name in enumerate(labels)}
+    unknown = [e for e in examples if e.target not in index]
+    if unknown:
+        first = unknown[0]
+        names = sorted({e.target for e in unknown})
+        raise ValueError(
+            f"{source}, line {first.line}: label {first.target!r} is not one the model "
+            f"knows ({len(names)} unknown: {names[:5]}); expected one of {labels}"
+        )
+    return np.array([index[e.target] for e in examples], dtype="int32")
+
+
 class ClassificationTask(TextTask):
     """One or two texts -> one of `labels` (a `Config` field), from the pooled [CLS] vector."""
 
@@ -40,21 +55,16 @@ class ClassificationTask(TextTask):
             raise ValueError(f"{source} has {len(labels)} distinct label(s) {labels}; need at least 2")
         return {"labels": labels}
 
+    @classmethod
+    def check_learned(cls, learned, examples, source):
+        label_ids(learned["labels"], examples, source)
+
     def check(self, examples, source):
         self.targets(examples, source)
 
     def targets(self, examples, source="data"):
         """int32 class ids of `examples`' labels; `ValueError` naming unknown ones."""
-        index = {name: i for i, name in enumerate(self.labels)}
-        unknown = [e for e in examples if e.target not in index]
-        if unknown:
-            first = unknown[0]
-            names = sorted({e.target for e in unknown})
-            raise ValueError(
-                f"{source}, line {first.line}: label {first.target!r} is not one the model "
-                f"knows ({len(names)} unknown: {names[:5]}); expected one of {self.labels}"
-            )
-        return np.array([index[e.target] for e in examples], dtype="int32")
+        return label_ids(self.labels, examples, source)
 
     # === Inference ===
 

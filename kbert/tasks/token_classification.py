@@ -165,21 +165,16 @@ class TokenClassification(Task):
         tags = [OUTSIDE] + sorted(names - {OUTSIDE}, key=lambda tag: tag_parts(tag)[::-1])
         return {"tags": tags, "scheme": detect_scheme(example.tags for example in examples)}
 
+    @classmethod
+    def check_learned(cls, learned, examples, source):
+        tag_ids(learned["tags"], examples, source)
+
     def check(self, examples, source):
         self.tag_ids(examples, source)
 
     def tag_ids(self, examples, source="data"):
         """int32 tag ids of every word of `examples`, concatenated; `ValueError` naming an unknown tag."""
-        ids = []
-        for example in examples:
-            for tag, line in zip(example.tags, example.lines):
-                if tag not in self._tag_ids:
-                    raise ValueError(
-                        f"{source}, line {line}: tag {tag!r} was not in the training data; "
-                        f"the model knows {self.tags}"
-                    )
-                ids.append(self._tag_ids[tag])
-        return np.asarray(ids, np.int32)
+        return tag_ids(self.tags, examples, source, self._tag_ids)
 
     def examples_from_texts(self, texts):
         _, starts, ends = self.tokenizer.words_with_offsets(list(texts))
@@ -454,3 +449,19 @@ def word_offsets(example):
         ends.append(position + len(word))
         position += len(word) + 1
     return " ".join(example.words), starts, ends
+
+
+def tag_ids(tags, examples, source, index=None):
+    """int32 index in `tags` (`index`: tag -> index, if built) of every word's tag
+    of `examples`, concatenated; `ValueError` naming `source`, the line and the tag
+    of the first unknown one."""
+    index = index or {tag: i for i, tag in enumerate(tags)}
+    ids = []
+    for example in examples:
+        for tag, line in zip(example.tags, example.lines):
+            if tag not in index:
+                raise ValueError(
+                    f"{source}, line {line}: tag {tag!r} was not in the training data; the model knows {tags}"
+                )
+            ids.append(index[tag])
+    return np.asarray(ids, np.int32)
