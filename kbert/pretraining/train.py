@@ -240,15 +240,8 @@ def pretrain(
     """
     from kbert.text import load_vocab
 
-    for name, value in (
-        ("batch_size", batch_size),
-        ("num_train_steps", num_train_steps),
-        ("log_every", log_every),
-        ("eval_steps", eval_steps),
-        ("checkpoint_every", 1 if checkpoint_every is None else checkpoint_every),
-    ):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r} must be a positive integer")
+    _check_counts(batch_size=batch_size, num_train_steps=num_train_steps, log_every=log_every,
+                  eval_steps=eval_steps, checkpoint_every=1 if checkpoint_every is None else checkpoint_every)
     if num_warmup_steps is None:
         num_warmup_steps = int(DEFAULT_WARMUP_FRACTION * num_train_steps)
     # What a killed run leaves: rerunning resumes it (or restarts it, killed
@@ -298,76 +291,37 @@ def pretrain(
     # final model) to a scratch folder deleted at the end.
     with chief_folder(out, strategy) as out_folder:
         callbacks = [logger, _tensorboard(os.path.join(out_folder, LOGS_FOLDER)), PendingInterrupt()]
-        done_windows = 0
+        done_windows, backup = 0, None
         if checkpoint_every is not None:
             backup = AtomicBackup(backup_dir, lambda: logger.windows, strategy)
             done_windows, logger.windows = backup.restored_epoch, backup.restored_state or []
             logger.step = done_windows * log_every
-            callbacks.append(backup)
-        # Windows of log_every steps (Keras epochs), then one shorter window for
-        # the remainder. Each fit() starts its data where the steps before left
-        # it, so an interrupted run skips exactly the batches it consumed.
-        full_windows, remainder = divmod(num_train_steps, log_every)
         start = time.perf_counter()
-        if full_windows:
-            model.fit(
-                train.skip(done_windows * log_every),
-                epochs=full_windows,
-                steps_per_epoch=log_every,
-                validation_data=evaluation,
-                validation_steps=eval_steps if evaluation is not None else None,
-                callbacks=callbacks,
-                shuffle=False,  # the dataset shuffles itself
-                verbose=verbose,
-            )
-        if remainder:
-            model.fit(
-                train.skip(full_windows * log_every),
-                initial_epoch=full_windows,
-                epochs=full_windows + 1,
-                steps_per_epoch=remainder,
-                validation_data=evaluation,
-                validation_steps=eval_steps if evaluation is not None else None,
-                callbacks=callbacks[:3],
-                shuffle=False,
-                verbose=verbose,
-            )
+        _fit_windows(model, train, evaluation, eval_steps, num_train_steps, log_every, done_windows, callbacks,
+                     backup, verbose)
         train_seconds = time.perf_counter() - start
-
-        # The first window includes XLA compilation; leave it out when there are others.
-        timed = logger.windows[1:] or logger.windows
-        sequences_per_second = statistics.median(w["sequences_per_second"] for w in timed)
-        history = {
-            "settings": {
-                "init": init if isinstance(init, str) else "BertConfig",
-                "bert_config": config.to_dict(),
-                "optimizer": optimizer,
-                "learning_rate": learning_rate,
-                "num_train_steps": num_train_steps,
-                "num_warmup_steps": num_warmup_steps,
-                "weight_decay": weight_decay,
-                "batch_size": logger.batch_size,
-                "seq_len": seq_len,
-                "jit_compile": jit_compile,
-                "xla_compiled": is_xla_compiled(model),
-                "dtype": dtype,
-                "loss_scaling": isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer),
-                "seed": seed,
-                "checkpoint_every": checkpoint_every,
-                "deterministic": deterministic,
-                "strategy": type(strategy).__name__,
-                "num_replicas": strategy.num_replicas_in_sync,
-                "backend": keras.backend.backend(),
-            },
-            "windows": logger.windows,
-            "final": logger.windows[-1],
-            "weights_sha256": _weights_digest(model),
-            "throughput": {
-                "sequences_per_second": sequences_per_second,
-                "tokens_per_second": round(sequences_per_second * seq_len, 1),
-                "train_seconds": round(train_seconds, 1),
-            },
+        settings = {
+            "init": init if isinstance(init, str) else "BertConfig",
+            "bert_config": config.to_dict(),
+            "optimizer": optimizer,
+            "learning_rate": learning_rate,
+            "num_train_steps": num_train_steps,
+            "num_warmup_steps": num_warmup_steps,
+            "weight_decay": weight_decay,
+            "batch_size": logger.batch_size,
+            "seq_len": seq_len,
+            "jit_compile": jit_compile,
+            "xla_compiled": is_xla_compiled(model),
+            "dtype": dtype,
+            "loss_scaling": isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer),
+            "seed": seed,
+            "checkpoint_every": checkpoint_every,
+            "deterministic": deterministic,
+            "strategy": type(strategy).__name__,
+            "num_replicas": strategy.num_replicas_in_sync,
+            "backend": keras.backend.backend(),
         }
+        history = _history(settings, logger.windows, model, seq_len, train_seconds)
         if isinstance(train_data, (str, os.PathLike)) and os.path.isdir(train_data):
             try:
                 history["data"] = read_metadata(train_data)
@@ -377,6 +331,54 @@ def pretrain(
     if is_chief(strategy):
         shutil.rmtree(backup_dir, ignore_errors=True)
     return history
+
+
+def _check_counts(**counts):
+    """`ValueError` naming the first of `counts` (name -> value) that is not a positive integer."""
+    for name, value in counts.items():
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r} must be a positive integer")
+
+
+def _fit_windows(model, train, evaluation, eval_steps, num_train_steps, log_every, done_windows, callbacks, backup,
+                 verbose):
+    """Trains `num_train_steps` steps in windows of `log_every` (Keras epochs), from
+    window `done_windows` on, then one shorter window for the remainder. `backup`
+    (an `AtomicBackup` or None) saves each full window; a run killed in the
+    remainder resumes from the last of them. Each `fit` starts its data where the
+    steps before left it, so an interrupted run skips exactly the batches it consumed."""
+    full_windows, remainder = divmod(num_train_steps, log_every)
+    common = {
+        "validation_data": evaluation,
+        "validation_steps": eval_steps if evaluation is not None else None,
+        "shuffle": False,  # the dataset shuffles itself
+        "verbose": verbose,
+    }
+    if full_windows:
+        model.fit(train.skip(done_windows * log_every), epochs=full_windows, steps_per_epoch=log_every,
+                  callbacks=callbacks + ([backup] if backup else []), **common)
+    if remainder:
+        model.fit(train.skip(full_windows * log_every), initial_epoch=full_windows, epochs=full_windows + 1,
+                  steps_per_epoch=remainder, callbacks=callbacks, **common)
+
+
+def _history(settings, windows, model, seq_len, train_seconds):
+    """What `history.json` holds: the run's `settings`, each window's figures, the
+    final weights' digest and the throughput, the first window (XLA compilation)
+    left out when there are others."""
+    timed = windows[1:] or windows
+    sequences_per_second = statistics.median(w["sequences_per_second"] for w in timed)
+    return {
+        "settings": settings,
+        "windows": windows,
+        "final": windows[-1],
+        "weights_sha256": _weights_digest(model),
+        "throughput": {
+            "sequences_per_second": sequences_per_second,
+            "tokens_per_second": round(sequences_per_second * seq_len, 1),
+            "train_seconds": round(train_seconds, 1),
+        },
+    }
 
 
 def _weights_digest(model):
