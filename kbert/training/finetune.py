@@ -6,6 +6,7 @@ schedule and writes a model folder (`kbert.modelfolder`). It never tests the
 task's name: everything that differs between tasks is a call into the task.
 """
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -180,20 +181,12 @@ def finetune(
         ValueError: bad input (named file and line), or `TrainingDiverged`.
     """
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-    task_class = get_task(task)
-    if not task_class.trainable:
-        raise ValueError(
-            f"task {task!r} needs no training: give kbert evaluate, search or export "
-            f"--task {task} --model CHECKPOINT"
-        )
+    task_class = _trainable(task)
     recipe = task_class.recipe.override(
         sequence_length=sequence_length, batch_size=batch_size, epochs=epochs,
         learning_rate=learning_rate, warmup_fraction=warmup_fraction, weight_decay=weight_decay,
     )
-    sequence_length, batch_size = recipe.sequence_length, recipe.batch_size
-    epochs, learning_rate = recipe.epochs, recipe.learning_rate
-    warmup_fraction, weight_decay = recipe.warmup_fraction, recipe.weight_decay
-    check_training_numbers(batch_size, epochs, learning_rate)
+    check_training_numbers(recipe.batch_size, recipe.epochs, recipe.learning_rate)
     check_callbacks(callbacks)
     if isinstance(strategy, str) and strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
@@ -203,24 +196,13 @@ def finetune(
 
     set_seeds(seed, deterministic)
     strategy = get_strategy(strategy)
-    log_batch_sizes(strategy, batch_size)
+    log_batch_sizes(strategy, recipe.batch_size)
     dtype = log_dtype(dtype, log)
-    with strategy.scope():
-        config, encoder, vocabulary, init_lowercase = init_encoder(
-            init, dtype=dtype,
-            overrides=None if attention_dropout is None else {"attention_dropout": attention_dropout},
-        )
-    if vocab is not None:
-        vocabulary = load_vocab(vocab)
-    if len(vocabulary) > config.vocab_size:
-        raise ValueError(
-            f"vocabulary has {len(vocabulary)} tokens but vocab_size={config.vocab_size}"
-        )
-    lowercase = init_lowercase if lowercase is None else lowercase
-    config.check_sequence_length(sequence_length)
-
+    config, encoder, vocabulary, lowercase = _encoder(
+        init, vocab, lowercase, recipe.sequence_length, dtype, attention_dropout, strategy
+    )
     tokenizer = WordPieceTokenizer(vocabulary, lowercase=lowercase)
-    task = task_class(tokenizer, sequence_length, **task_settings)
+    task = task_class(tokenizer, recipe.sequence_length, **task_settings)
     task.use_options(options)
     task.check(dev_examples, dev)
     log(f"{task.name}: {len(train_examples)} training examples from {train}, "
@@ -229,50 +211,42 @@ def finetune(
         "task": task.name, "task_settings": task.settings(), "options": options,
         "train": file_identity(train), "dev": file_identity(dev), "init": init,
         "vocab": file_identity(vocab) if vocab else None, "lowercase": lowercase,
-        "sequence_length": sequence_length, "batch_size": batch_size, "epochs": epochs,
-        "learning_rate": learning_rate, "warmup_fraction": warmup_fraction,
-        "weight_decay": weight_decay, "layer_decay": layer_decay, "ema_momentum": ema_momentum,
+        **dataclasses.asdict(recipe), "layer_decay": layer_decay, "ema_momentum": ema_momentum,
         "reinit_pooler": reinit_pooler, "attention_dropout": attention_dropout,
         "jit_compile": jit_compile, "dtype": dtype, "seed": seed,
     }
     resume_dir, first_epoch, curve = resume_point(out, run, log)
-    replicas = strategy.num_replicas_in_sync
     train_ds, steps_per_epoch = train_dataset(
-        task, train_examples, batch_size, seed=seed, epochs=epochs, first_epoch=first_epoch,
-        bucket_width=training_bucket_width(jit_compile), replicas=replicas,
+        task, train_examples, recipe.batch_size, seed=seed, epochs=recipe.epochs, first_epoch=first_epoch,
+        bucket_width=training_bucket_width(jit_compile), replicas=strategy.num_replicas_in_sync,
     )
     dev_encoded = task.encode(dev_examples)
-    dev_ds = eval_dataset(task, dev_encoded, batch_size, replicas)
+    dev_ds = eval_dataset(task, dev_encoded, recipe.batch_size, strategy.num_replicas_in_sync)
 
-    total_steps = steps_per_epoch * epochs
+    total_steps = steps_per_epoch * recipe.epochs
     with strategy.scope():
         model = task.build_model(encoder, dtype=dtype)
         if reinit_pooler:
             _reinitialise(encoder.get_layer("pooler"), config.initializer_range)
-        compile_for_strategy(
-            model,
-            strategy,
-            jit_compile=jit_compile,
-            optimizer=make_optimizer(
-                "adamw",
-                learning_rate,
-                total_steps,
-                warmup_steps=int(warmup_fraction * total_steps),
-                weight_decay=weight_decay,
-                dtype=dtype,
-                lr_multipliers=layerwise_multipliers(config.num_layers, layer_decay) if layer_decay < 1 else None,
-                ema_momentum=ema_momentum,
-            ),
-            **task.compile_args(),
+        optimizer = make_optimizer(
+            "adamw",
+            recipe.learning_rate,
+            total_steps,
+            warmup_steps=int(recipe.warmup_fraction * total_steps),
+            weight_decay=recipe.weight_decay,
+            dtype=dtype,
+            lr_multipliers=layerwise_multipliers(config.num_layers, layer_decay) if layer_decay < 1 else None,
+            ema_momentum=ema_momentum,
         )
+        compile_for_strategy(model, strategy, jit_compile=jit_compile, optimizer=optimizer, **task.compile_args())
     figures = fit_epochs(
-        model, train_ds, steps_per_epoch, epochs, resume_dir, first_epoch, curve, len(train_examples),
+        model, train_ds, steps_per_epoch, recipe.epochs, resume_dir, first_epoch, curve, len(train_examples),
         strategy=strategy, validation_data=dev_ds, verbose=verbose, callbacks=callbacks,
     )
     metrics = {**dev_figures(task, model, dev_examples, dev_encoded), **figures}
     settings = {
         "bert_config": config.to_dict(),
-        "sequence_length": sequence_length,
+        "sequence_length": recipe.sequence_length,
         "lowercase": lowercase,
         "init": init,
         "dtype": dtype,
@@ -284,6 +258,36 @@ def finetune(
         write_model_folder(folder, model, vocabulary, task, settings, metrics, overwrite=overwrite)
     shutil.rmtree(resume_dir, ignore_errors=True)
     return metrics
+
+
+def _trainable(task):
+    """The task class named `task`; `ValueError` if it needs no training."""
+    task_class = get_task(task)
+    if not task_class.trainable:
+        raise ValueError(
+            f"task {task!r} needs no training: give kbert evaluate, search or export "
+            f"--task {task} --model CHECKPOINT"
+        )
+    return task_class
+
+
+def _encoder(init, vocab, lowercase, sequence_length, dtype, attention_dropout, strategy):
+    """`(config, encoder, vocabulary, lowercase)` to fine-tune from `init`: the
+    checkpoint's vocabulary and casing unless `vocab` or `lowercase` is given;
+    `ValueError` if the vocabulary or `sequence_length` does not fit the model."""
+    with strategy.scope():
+        config, encoder, vocabulary, init_lowercase = init_encoder(
+            init, dtype=dtype,
+            overrides=None if attention_dropout is None else {"attention_dropout": attention_dropout},
+        )
+    if vocab is not None:
+        vocabulary = load_vocab(vocab)
+    if len(vocabulary) > config.vocab_size:
+        raise ValueError(
+            f"vocabulary has {len(vocabulary)} tokens but vocab_size={config.vocab_size}"
+        )
+    config.check_sequence_length(sequence_length)
+    return config, encoder, vocabulary, init_lowercase if lowercase is None else lowercase
 
 
 def check_training_numbers(batch_size, epochs, learning_rate):
