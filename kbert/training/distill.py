@@ -294,12 +294,7 @@ def distill(
     """
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     check_training_numbers(batch_size, epochs, learning_rate)
-    if not (isinstance(alpha, (int, float)) and 0 <= alpha <= 1):
-        raise ValueError(f"alpha={alpha!r}; expected a number in [0, 1]")
-    if not (isinstance(temperature, (int, float)) and 0 < temperature < float("inf")):
-        raise ValueError(f"temperature={temperature!r}; expected a finite number above 0")
-    if unlabelled_limit is not None and not (isinstance(unlabelled_limit, int) and unlabelled_limit >= 1):
-        raise ValueError(f"unlabelled_limit={unlabelled_limit!r}; expected a positive integer")
+    _check_distillation_numbers(temperature, alpha, unlabelled_limit)
     check_student_out(teacher, out, overwrite, train, dev, unlabelled, student)
     teacher_folder = ModelFolder.load(teacher)
     if sequence_length is not None:
@@ -310,27 +305,13 @@ def distill(
     if unlabelled is not None and not task.distills_unlabelled_text:
         raise ValueError(f"task {task.name!r} takes no --unlabelled texts; only tasks of one text an example do")
     check_student(student, teacher_folder.config.num_layers)
-
-    train_examples = task.read(train, options)
-    task.check(train_examples, train)
-    dev_examples = task.read(dev, options)
-    task.check(dev_examples, dev)
-    extra, dropped = [], 0
-    if unlabelled is not None:
-        extra, dropped = unlabelled_examples(task, unlabelled, unlabelled_limit, train_examples + dev_examples)
-    log(f"{task.name}: {len(train_examples)} training examples from {train}, {len(extra)} unlabelled "
-        f"texts ({dropped} dropped as repeats of training, dev or earlier texts), "
-        f"{len(dev_examples)} dev examples from {dev}")
+    train_examples, dev_examples, extra, dropped = _read_data(
+        task, options, train, dev, unlabelled, unlabelled_limit, log
+    )
 
     set_seeds(seed, deterministic)
     dtype = log_dtype(dtype, log)
-    config, model, kept = build_student(teacher_folder, student, dtype)
-    student_size, teacher_size = model.count_params(), teacher_folder.model.count_params()
-    if student_size > teacher_size:
-        log(f"warning: student {student} has {student_size:,} parameters, more than the teacher's "
-            f"{teacher_size:,}; distillation is for a smaller model: choose a smaller --student")
-    log(f"student {student}: num_layers={config.num_layers}, hidden_size={config.hidden_size}"
-        + (f", starting from the teacher's blocks {kept} (counting from 0)" if kept else ""))
+    config, model, kept = _student_model(teacher_folder, student, dtype, log)
     run = {
         "command": "distill", "teacher": {name: file_identity(os.path.join(teacher, name))
                                           for name in (SETTINGS_FILE, MODEL_FILE)},
@@ -387,6 +368,44 @@ def distill(
     write_model_folder(out, model, teacher_folder.vocabulary, task, settings, metrics, overwrite=overwrite)
     shutil.rmtree(resume_dir, ignore_errors=True)
     return metrics
+
+
+def _check_distillation_numbers(temperature, alpha, unlabelled_limit):
+    """Raises `ValueError` naming a temperature, alpha or unlabelled limit out of range."""
+    if not (isinstance(alpha, (int, float)) and 0 <= alpha <= 1):
+        raise ValueError(f"alpha={alpha!r}; expected a number in [0, 1]")
+    if not (isinstance(temperature, (int, float)) and 0 < temperature < float("inf")):
+        raise ValueError(f"temperature={temperature!r}; expected a finite number above 0")
+    if unlabelled_limit is not None and not (isinstance(unlabelled_limit, int) and unlabelled_limit >= 1):
+        raise ValueError(f"unlabelled_limit={unlabelled_limit!r}; expected a positive integer")
+
+
+def _read_data(task, options, train, dev, unlabelled, unlabelled_limit, log):
+    """`(train examples, dev examples, unlabelled examples, unlabelled dropped)`, each file
+    checked against the teacher's task (`ValueError` naming the file and line)."""
+    train_examples = task.read(train, options)
+    task.check(train_examples, train)
+    dev_examples = task.read(dev, options)
+    task.check(dev_examples, dev)
+    extra, dropped = [], 0
+    if unlabelled is not None:
+        extra, dropped = unlabelled_examples(task, unlabelled, unlabelled_limit, train_examples + dev_examples)
+    log(f"{task.name}: {len(train_examples)} training examples from {train}, {len(extra)} unlabelled "
+        f"texts ({dropped} dropped as repeats of training, dev or earlier texts), "
+        f"{len(dev_examples)} dev examples from {dev}")
+    return train_examples, dev_examples, extra, dropped
+
+
+def _student_model(teacher_folder, student, dtype, log):
+    """`build_student`, saying what the student is and warning if it is not smaller than its teacher."""
+    config, model, kept = build_student(teacher_folder, student, dtype)
+    student_size, teacher_size = model.count_params(), teacher_folder.model.count_params()
+    if student_size > teacher_size:
+        log(f"warning: student {student} has {student_size:,} parameters, more than the teacher's "
+            f"{teacher_size:,}; distillation is for a smaller model: choose a smaller --student")
+    log(f"student {student}: num_layers={config.num_layers}, hidden_size={config.hidden_size}"
+        + (f", starting from the teacher's blocks {kept} (counting from 0)" if kept else ""))
+    return config, model, kept
 
 
 def teacher_targets(teacher, task, examples, unlabelled, batch_size, log):
