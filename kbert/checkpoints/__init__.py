@@ -10,11 +10,12 @@ from kbert.checkpoints.huggingface import (
     save_hf_checkpoint,
 )
 from kbert.checkpoints.keras_hub import config_from_keras_hub, from_keras_hub, to_keras_hub
-from kbert.checkpoints.pretrained import PretrainedCheckpoint, load_pretrained
+from kbert.checkpoints.pretrained import PretrainedCheckpoint, checkpoint_lowercase, load_pretrained
 
 __all__ = [
     "HuggingFaceCheckpoint",
     "PretrainedCheckpoint",
+    "checkpoint_lowercase",
     "config_from_hf",
     "config_from_keras_hub",
     "config_to_hf",

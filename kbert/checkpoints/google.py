@@ -160,7 +160,7 @@ def load_google_weights(pairs, checkpoint_prefix):
         variable.assign(value.astype(variable.dtype))
 
 
-def _infer_lowercase(vocabulary):
+def infer_lowercase(vocabulary):
     """Uncased vocabularies hold no upper-case letters outside `[SPECIAL]` tokens."""
     return not any(
         token != token.lower()
@@ -213,7 +213,7 @@ def load_google_checkpoint(folder, heads=True, lowercase=None, dtype=None):
             f"vocab_size={config.vocab_size}"
         )
     if lowercase is None:
-        lowercase = _infer_lowercase(vocabulary)
+        lowercase = infer_lowercase(vocabulary)
     prefix = find_checkpoint(folder)
 
     if heads:

