@@ -33,12 +33,14 @@ HuggingFaceCheckpoint = collections.namedtuple(
 )
 
 
-def warn_fresh(checkpoint, folder, trains):
-    """Says on stderr which layers `checkpoint` started anew (`MAY_BE_MISSING`),
-    where a training run (`trains`: "fine-tuning", "pretraining") will train them."""
-    if checkpoint.fresh:
-        them = "them" if len(checkpoint.fresh) > 1 else "it"
-        print(f"kbert: warning: {folder} has no {', '.join(checkpoint.fresh)}; initialised anew, as "
+def warn_fresh(checkpoint, folder, trains, built=()):
+    """Says on stderr which layers `checkpoint` started anew (`MAY_BE_MISSING`), and
+    which the caller `built` anew for want of them (a `BertModel`'s pretraining
+    heads), where a training run (`trains`: "fine-tuning", "pretraining") will train them."""
+    fresh = tuple(checkpoint.fresh) + tuple(built)
+    if fresh:
+        them = "them" if len(fresh) > 1 else "it"
+        print(f"kbert: warning: {folder} has no {', '.join(fresh)}; initialised anew, as "
               f"Hugging Face does ({trains} trains {them})", file=sys.stderr, flush=True)
 
 

@@ -142,10 +142,8 @@ def _build_model(init, vocabulary, dtype):
         # A BertForPreTraining or BertForMaskedLM keeps training its heads; a BertModel gets new ones.
         heads = has_masked_lm(folder)
         checkpoint = load_hf_checkpoint(folder, dtype=dtype, heads=heads)
-        warn_fresh(checkpoint, folder, "pretraining")
-        if not heads:
-            print(f"kbert: warning: {folder} has no masked-LM head (cls.predictions); pretraining starts "
-                  "it anew, tied to the checkpoint's word embeddings", file=sys.stderr, flush=True)
+        built = () if heads else ("cls.predictions", "cls.seq_relationship")
+        warn_fresh(checkpoint, folder, "pretraining", built=built)
         pretrainer = checkpoint.pretrainer or bert_pretrainer(checkpoint.encoder, dtype=dtype)
     if checkpoint.vocabulary != list(vocabulary):
         raise ValueError(
