@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "PRESETS": "kbert.config",
     "TaskModel": "kbert.training.task_model",
-    "AtomicBackup": "kbert.training.backup",
+    "AtomicBackup": "kbert.fitting.backup",
     "BertConfig": "kbert.config",
     "register_preset": "kbert.config",
     "bert_classifier": "kbert.models",

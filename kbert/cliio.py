@@ -148,7 +148,7 @@ def interrupted_line(args):
     """What an interrupted command kept, and how to go on, in one line."""
     out = getattr(args, "out", None)
     if args.command in ("finetune", "distill"):
-        from kbert.training.backup import AtomicBackup
+        from kbert.fitting.backup import AtomicBackup
         from kbert.training.finetune import RESUME_PREFIX
 
         resume = os.path.join(

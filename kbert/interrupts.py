@@ -5,7 +5,7 @@ The command line handles both signals with `on_signal`, which raises
 is a callback of code that clears a pending error (a C extension's, an
 object's `__del__`), the raise is lost and a run would go on as if never
 stopped; the signal stays recorded here, and the training loops raise it at
-their next step (`raise_pending`, `kbert.training.backup.PendingInterrupt`).
+their next step (`raise_pending`, `kbert.fitting.backup.PendingInterrupt`).
 """
 
 import signal

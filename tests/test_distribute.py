@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import kbert
-from kbert.training import distribute
+from kbert.fitting import distribute
 
 # Weights after a few identical steps on one device and on two replicas differ
 # only by float32 summation order (measured ~1e-8); 1e-5 leaves room for XLA's
@@ -79,7 +79,7 @@ _TF_MIRRORED = _COMMON + """
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from kbert.training import distribute
+from kbert.fitting import distribute
 
 keras.utils.set_random_seed(0)
 reference = build()
@@ -108,7 +108,7 @@ print("RESULT " + json.dumps({
 
 _JAX_DATA_PARALLEL = _COMMON + """
 import jax
-from kbert.training import distribute
+from kbert.fitting import distribute
 
 keras.utils.set_random_seed(0)
 reference = build()

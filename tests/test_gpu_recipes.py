@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(sys.argv[1], "tools", "benchmarks"))
 import jax.numpy as jnp, keras, numpy as np
 import gpu_recipes as g
 from kbert.config import BertConfig
-from kbert.training.optimizers import WarmupPolynomialDecay
+from kbert.fitting.optimizers import WarmupPolynomialDecay
 
 config = BertConfig.from_preset("bert_tiny", vocab_size=40)
 info = {"task": "text-classification", "settings": {"labels": ["a", "b"]}}

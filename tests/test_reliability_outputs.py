@@ -251,7 +251,7 @@ def test_non_utf8_and_blank_lines_name_file_and_line(tmp_path, classifier, capsy
 
 
 def _interrupt_after_first_epoch(monkeypatch, how):
-    from kbert.training.backup import AtomicBackup
+    from kbert.fitting.backup import AtomicBackup
 
     saved = AtomicBackup.on_epoch_end
 
@@ -474,7 +474,7 @@ def test_a_signal_whose_raise_was_lost_still_stops_training():
     import keras
 
     from kbert import interrupts
-    from kbert.training.backup import PendingInterrupt
+    from kbert.fitting.backup import PendingInterrupt
 
     previous = interrupts.handle_signals()
     try:

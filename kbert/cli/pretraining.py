@@ -136,7 +136,7 @@ def cmd_pretrain(args):
         pretrain,
         read_metadata,
     )
-    from kbert.training.distribute import get_strategy
+    from kbert.fitting.distribute import get_strategy
 
     vocab = _pretraining_vocab(args)
     lowercase = not args.cased

@@ -19,13 +19,13 @@ _EXPORTS = {
     "SpecialIds": "kbert.pretraining.instances",
     # BERT's optimizers (AdamW or LAMB, warmup then linear decay, no decay on
     # LayerNorm and biases) are shared with fine-tuning.
-    "WarmupPolynomialDecay": "kbert.training.optimizers",
+    "WarmupPolynomialDecay": "kbert.fitting.optimizers",
     "bert_pretrainer": "kbert.models.pretrainer",
     "create_training_instances": "kbert.pretraining.instances",
     "feature_spec": "kbert.pretraining.records",
     "learn_vocabulary": "kbert.pretraining.vocabulary",
     "make_dynamic_masking_dataset": "kbert.pretraining.dynamic_masking",
-    "make_optimizer": "kbert.training.optimizers",
+    "make_optimizer": "kbert.fitting.optimizers",
     "make_pretraining_dataset": "kbert.pretraining.records",
     "pretrain": "kbert.pretraining.train",
     "pretraining_losses": "kbert.models.pretrainer",

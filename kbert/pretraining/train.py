@@ -27,8 +27,8 @@ from kbert.pretraining.run_folder import (
     WEIGHTS_FILE,
     check_run_folder,
 )
-from kbert.training.backup import AtomicBackup, PendingInterrupt
-from kbert.training.distribute import (
+from kbert.fitting.backup import AtomicBackup, PendingInterrupt
+from kbert.fitting.distribute import (
     chief_folder,
     compile_for_strategy,
     get_strategy,
@@ -36,7 +36,7 @@ from kbert.training.distribute import (
     is_xla_compiled,
     log_batch_sizes,
 )
-from kbert.training.optimizers import make_optimizer
+from kbert.fitting.optimizers import make_optimizer
 
 # google-research/bert's run_pretraining.py flags: 10,000 warmup steps of
 # 1,000,000; with short runs a tenth of the steps warms up more safely.
@@ -225,7 +225,7 @@ def pretrain(
         deterministic: bool. `tf.config.experimental.enable_op_determinism()`
             (process-wide): bitwise reproducible runs, somewhat slower.
         strategy: str or `tf.distribute.Strategy`. A name from
-            `kbert.training.distribute.STRATEGIES` or a strategy made with
+            `kbert.fitting.distribute.STRATEGIES` or a strategy made with
             `get_strategy` (make it before any `tf.data` pipeline for
             "multiworker"); the model is built and compiled in its scope, with
             XLA per replica, and `batch_size` is global. With several workers

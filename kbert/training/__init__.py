@@ -1,6 +1,6 @@
 """Optimisers, schedules and the fine-tuning loop."""
 
-from kbert.training.optimizers import (
+from kbert.fitting.optimizers import (
     FusedAdamW,
     LayerwiseAdamW,
     WarmupPolynomialDecay,

@@ -47,7 +47,7 @@ from kbert.recipes import DISTILLATION
 from kbert.tasks import Encoded
 from kbert.tasks.distillation import distillation_targets
 from kbert.training.batching import batched_dataset, training_bucket_width
-from kbert.training.distribute import compile_for_strategy
+from kbert.fitting.distribute import compile_for_strategy
 from kbert.training.finetune import (
     check_training_numbers,
     dev_figures,
@@ -56,7 +56,7 @@ from kbert.training.finetune import (
     resume_point,
     set_seeds,
 )
-from kbert.training.optimizers import make_optimizer
+from kbert.fitting.optimizers import make_optimizer
 
 # DistilBERT's distillation script (Sanh et al., 2019) softens with T = 2 and
 # weighs its soft and hard losses alike.

@@ -24,15 +24,15 @@ from kbert.modelfolder import check_model_out, write_model_folder
 from kbert.tasks import DEFAULT_TASK, get_task
 from kbert.training.batching import eval_dataset, train_dataset, training_bucket_width
 from kbert.text import WordPieceTokenizer, load_vocab
-from kbert.training.distribute import (
+from kbert.fitting.distribute import (
     STRATEGIES,
     chief_folder,
     compile_for_strategy,
     get_strategy,
     log_batch_sizes,
 )
-from kbert.training.backup import AtomicBackup, PendingInterrupt
-from kbert.training.optimizers import layerwise_multipliers, make_optimizer
+from kbert.fitting.backup import AtomicBackup, PendingInterrupt
+from kbert.fitting.optimizers import layerwise_multipliers, make_optimizer
 
 # Training-curve points kept per epoch in metrics.json.
 CURVE_POINTS_PER_EPOCH = 20
@@ -158,7 +158,7 @@ def finetune(
             mixed_bfloat16 where the device multiplies bfloat16 natively,
             float32 elsewhere (`kbert.hardware`).
         strategy: str. A `tf.distribute` strategy name (see
-            `kbert.training.distribute.STRATEGIES`); `batch_size` is global.
+            `kbert.fitting.distribute.STRATEGIES`); `batch_size` is global.
         overwrite: bool. Replace `out` if it is a kbert model folder.
         deterministic: bool. TensorFlow op determinism: the same weights,
             bit for bit, from the same command, also across a resume.

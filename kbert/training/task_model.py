@@ -50,7 +50,7 @@ from kbert.tasks import DEFAULT_TASK, get_task
 from kbert.tasks.base import INFERENCE_BATCH_SIZE, Task
 from kbert.tasks.inference import replicas
 from kbert.training.batching import eval_dataset, train_dataset, training_bucket_width
-from kbert.training.optimizers import make_optimizer
+from kbert.fitting.optimizers import make_optimizer
 
 
 @keras.saving.register_keras_serializable(package="kbert")

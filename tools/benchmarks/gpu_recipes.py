@@ -7,7 +7,7 @@ once: one training step is `jax.vmap`ped over the seeds and one epoch is one
 (`bert_classifier`, `bert_pair_regressor`) run on kbert's packing; keras-hub's
 `BertTextClassifier` (through `kbert.checkpoints.to_keras_hub`) on keras-hub's
 preprocessor's. Both train as `kbert finetune` does: Keras's AdamW with BERT's
-settings (`kbert.training.optimizers`: weight decay 0.01 off LayerNorm and
+settings (`kbert.fitting.optimizers`: weight decay 0.01 off LayerNorm and
 biases, epsilon 1e-6, global-norm clipping at 1), linear warmup over 10% of
 the steps then linear decay to 0 (`WarmupPolynomialDecay`), batch 32, dropout
 on, mixed bfloat16. Seed s gives the same head initialisation, shuffles and
@@ -43,7 +43,7 @@ from kbert.recipes import Recipe  # noqa: E402
 from kbert.tasks.classification import classification_metrics  # noqa: E402
 from kbert.tasks.text_pair_classification import POSITIVE_LABEL  # noqa: E402
 from kbert.tasks.text_pair_regression import regression_metrics  # noqa: E402
-from kbert.training.optimizers import (  # noqa: E402
+from kbert.fitting.optimizers import (  # noqa: E402
     DEFAULT_EPSILON, DEFAULT_GLOBAL_CLIPNORM, DEFAULT_WEIGHT_DECAY, NO_DECAY, WarmupPolynomialDecay,
 )
 

@@ -203,8 +203,8 @@ def compiled_model(args, task, encoder, steps):
     the switches of `args` (`--no-dropout`, `--xla`, `--keras-adamw`, `--padded`)."""
     from kbert.layers.attention import MultiHeadSelfAttention
     from kbert.models import train_on_real_tokens
-    from kbert.training.distribute import compile_for_strategy
-    from kbert.training.optimizers import make_optimizer
+    from kbert.fitting.distribute import compile_for_strategy
+    from kbert.fitting.optimizers import make_optimizer
 
     model = task.build_model(encoder, dtype=args.dtype)
     if args.no_dropout:

@@ -216,7 +216,7 @@ def make_functions(model, num_classes):
     import jax
     import jax.numpy as jnp
 
-    from kbert.training.optimizers import (
+    from kbert.fitting.optimizers import (
         DEFAULT_EPSILON,
         DEFAULT_GLOBAL_CLIPNORM,
         DEFAULT_WEIGHT_DECAY,
@@ -271,7 +271,7 @@ def run_variant(name, recipe, seeds, meta, data, weights, cache, log, max_dev=No
 
     from kbert.tasks.classification import classification_metrics
     from kbert.training import WarmupPolynomialDecay, layerwise_multipliers
-    from kbert.training.optimizers import layerwise_factor
+    from kbert.fitting.optimizers import layerwise_factor
 
     length = recipe.get("length", 128)
     tail = recipe.get("tail", 0)

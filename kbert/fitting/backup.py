@@ -15,7 +15,7 @@ import keras
 import numpy as np
 
 from kbert.interrupts import raise_pending
-from kbert.training.distribute import chief_folder
+from kbert.fitting.distribute import chief_folder
 
 # Folder names inside the backup folder: the newest complete checkpoint, and
 # the one before while the newest is being replaced.
