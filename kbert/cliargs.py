@@ -16,12 +16,21 @@ DEBIAN = "data/debian-packages"
 
 def positive_int(value):
     """An integer of at least 1."""
+    return _integer(value, 1, "a positive integer")
+
+
+def count(value):
+    """An integer of at least 0."""
+    return _integer(value, 0, "an integer of 0 or more")
+
+
+def _integer(value, least, expected):
     try:
         number = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    if number < least:
+        raise argparse.ArgumentTypeError(f"{value} is not {expected}")
     return number
 
 

@@ -23,6 +23,9 @@ class Recipe:
             up from 0 before its linear decay to 0.
         weight_decay: float. AdamW's decoupled weight decay (not on LayerNorm
             and biases).
+        adapt_steps: int. Masked-LM steps on the training texts before
+            fine-tuning (task-adaptive pretraining, `kbert.pretraining.adapt`);
+            0: none.
 
     The data options a recipe was measured with (text classification's
     `--truncate head_tail`) are those options' defaults (`Task.options`).
@@ -35,6 +38,7 @@ class Recipe:
     # google-research/bert's optimization.py: 10% warm-up, weight decay 0.01.
     warmup_fraction: float = 0.1
     weight_decay: float = 0.01
+    adapt_steps: int = 0
 
     def override(self, **values):
         """This recipe with each value given (not None) in place of its own.
@@ -50,3 +54,16 @@ class Recipe:
 # docs/distillation.md, the measured students: 3 epochs at 1e-4, batch 32, at
 # the teacher's sequence length.
 DISTILLATION = Recipe(epochs=3, learning_rate=1e-4, batch_size=32, sequence_length=None)
+
+
+def check_adaptation(adapt_steps, deterministic):
+    """Raises `ValueError` naming `adapt_steps` if it is not a count, or if it
+    asks for adaptation in a `deterministic` run: adaptation masks text with
+    random ops that TensorFlow's op determinism refuses."""
+    if not isinstance(adapt_steps, int) or adapt_steps < 0:
+        raise ValueError(f"adapt_steps={adapt_steps!r}; expected an integer of 0 or more")
+    if adapt_steps and deterministic:
+        raise ValueError(
+            f"deterministic=True (--deterministic) with adapt_steps={adapt_steps} (--adapt-steps): adaptation "
+            "masks the training text with random ops that op determinism refuses; pass adapt_steps=0 (--adapt-steps 0)"
+        )

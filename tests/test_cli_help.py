@@ -23,7 +23,9 @@ INPUTS = {"--input", "--corpus", "--queries", "--records", "--model"}
 # The recipes measured best, as the docs report them (tasks' pages, README's Results).
 RECIPES = {
     "text-classification": Recipe(epochs=2, learning_rate=1e-4, batch_size=32, sequence_length=128),
-    "text-pair-classification": Recipe(epochs=5, learning_rate=1e-4, batch_size=32, sequence_length=128),
+    "text-pair-classification": Recipe(
+        epochs=5, learning_rate=1e-4, batch_size=32, sequence_length=128, adapt_steps=600
+    ),
     "text-pair-regression": Recipe(epochs=3, learning_rate=5e-5, batch_size=32, sequence_length=128),
     "token-classification": Recipe(epochs=6, learning_rate=5e-5, batch_size=8, sequence_length=128),
     "question-answering": Recipe(epochs=10, learning_rate=3e-4, batch_size=16, sequence_length=384),

@@ -10,6 +10,7 @@ from kbert.cliargs import (
     DEBIAN,
     add_command,
     add_task_options,
+    count,
     dropout_rate,
     fraction,
     learning_rate,
@@ -22,7 +23,7 @@ from kbert.cliargs import (
 from kbert.cliio import print_json
 from kbert.config import check_init
 from kbert.modelfolder import check_model_out, check_student_out
-from kbert.recipes import DISTILLATION
+from kbert.recipes import DISTILLATION, check_adaptation
 from kbert.tasks import DEFAULT_TASK, TASKS, get_task
 
 
@@ -30,9 +31,11 @@ def check_finetune(args):
     """finetune's refusals that need no TensorFlow, made before it loads; finetune makes
     them again: its --init and --out, then its data (each bad row named by file and line)."""
     check_init(args.init, args.vocab)
+    task = get_task(args.task)
+    check_adaptation(task.recipe.override(adapt_steps=args.adapt_steps).adapt_steps, args.deterministic)
     inputs = {"--train": args.train, "--dev": args.dev, "--init": args.init, "--vocab": args.vocab}
     check_model_out(args.out, args.overwrite, inputs)
-    get_task(args.task).read_training(args.train, args.dev, _finetune_options(args))
+    task.read_training(args.train, args.dev, _finetune_options(args))
 
 
 def _finetune_options(args):
@@ -56,6 +59,7 @@ def cmd_finetune(args):
         learning_rate=args.lr,
         warmup_fraction=args.warmup,
         weight_decay=args.weight_decay,
+        adapt_steps=args.adapt_steps,
         layer_decay=args.layer_decay,
         ema_momentum=args.ema,
         reinit_pooler=args.reinit_pooler,
@@ -69,7 +73,8 @@ def cmd_finetune(args):
         deterministic=args.deterministic,
     )
     summary = {**task.summary(metrics), "train_seconds": metrics["train_seconds"]}
-    print_json({"model": args.out, "task": args.task, "dev": summary})
+    adaptation = {"adaptation": metrics["adaptation"]} if "adaptation" in metrics else {}
+    print_json({"model": args.out, "task": args.task, "dev": summary, **adaptation})
 
 
 def check_distill(args):
@@ -154,6 +159,11 @@ def _add_training_arguments(p, tasks=None):
         recipe.add_argument(
             "--weight-decay", type=fraction,
             help="AdamW's decoupled weight decay; " + _recipe_default(tasks, "weight_decay"),
+        )
+        recipe.add_argument(
+            "--adapt-steps", type=count, metavar="N",
+            help="masked-LM steps on the training texts before fine-tuning (task-adaptive "
+            "pretraining), 0 for none; " + _recipe_default(tasks, "adapt_steps"),
         )
     else:
         recipe.add_argument(

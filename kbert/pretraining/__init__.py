@@ -20,6 +20,7 @@ _EXPORTS = {
     # BERT's optimizers (AdamW or LAMB, warmup then linear decay, no decay on
     # LayerNorm and biases) are shared with fine-tuning.
     "WarmupPolynomialDecay": "kbert.fitting.optimizers",
+    "adapt": "kbert.pretraining.adapt",
     "bert_pretrainer": "kbert.models.pretrainer",
     "create_training_instances": "kbert.pretraining.instances",
     "feature_spec": "kbert.pretraining.records",

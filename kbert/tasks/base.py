@@ -189,6 +189,12 @@ class Task(ConfigFields):
         `predict` take them: inputs `x` and targets `y` (None: none), one per example."""
         raise ValueError(f"task {self.name!r} takes no Python inputs; read its data with {type(self).__name__}.read")
 
+    def texts(self, examples):
+        """The texts of `examples`, in order: what adaptation reads (masked LM on
+        the training text before fine-tuning, `kbert.pretraining.adapt`).
+        Default: each example's inputs, as `serving_request` gives them."""
+        return [text for example in examples for text in self.serving_request(example).values()]
+
     # === Preprocessing ===
 
     def encode(self, examples, targets=True):

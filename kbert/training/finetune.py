@@ -21,6 +21,8 @@ from kbert.checkpoints.huggingface import init_encoder
 from kbert.config import check_init
 from kbert.hardware import log_dtype
 from kbert.modelfolder import check_model_out, write_model_folder
+from kbert.pretraining.adapt import adapt
+from kbert.recipes import check_adaptation
 from kbert.tasks import DEFAULT_TASK, get_task
 from kbert.training.batching import eval_dataset, train_dataset, training_bucket_width
 from kbert.text import WordPieceTokenizer, load_vocab
@@ -41,11 +43,14 @@ CURVE_POINTS_PER_EPOCH = 20
 RESUME_PREFIX = ".kbert-resume-"
 # What identifies a run in its resume folder.
 RUN_FILE = "run.json"
+# Inside the resume folder: the adaptation's run (`kbert.pretraining.adapt`),
+# whose encoder fine-tuning starts from.
+ADAPT_FOLDER = "adaptation"
 # What kbert.json records of how the model was trained, besides its
 # sequence length and dtype.
 TRAINING_SETTINGS = (
     "epochs", "batch_size", "learning_rate", "warmup_fraction", "weight_decay", "layer_decay",
-    "ema_momentum", "reinit_pooler", "attention_dropout", "jit_compile", "seed",
+    "ema_momentum", "reinit_pooler", "attention_dropout", "jit_compile", "seed", "adapt_steps",
 )
 
 
@@ -106,6 +111,7 @@ def finetune(
     learning_rate=None,
     warmup_fraction=None,
     weight_decay=None,
+    adapt_steps=None,
     layer_decay=1.0,
     ema_momentum=None,
     reinit_pooler=False,
@@ -142,6 +148,11 @@ def finetune(
             up and AdamW's decoupled weight decay (not on LayerNorm and
             biases); each None (the default) takes the task's recipe
             (`Task.recipe`, a `kbert.recipes.Recipe`).
+        adapt_steps: int or None. Masked-LM steps on the training texts
+            before fine-tuning (task-adaptive pretraining,
+            `kbert.pretraining.adapt`), with the recipe's batch and length;
+            0: none; None: the task's recipe (600 for
+            text-pair-classification, else 0).
         layer_decay: float in (0, 1]. Layer-wise learning-rate decay
             (`kbert.training.layerwise_multipliers`); 1 is off.
         ema_momentum: float or None. End on an exponential moving average of
@@ -171,8 +182,9 @@ def finetune(
     A run checkpoints every epoch into a folder beside `out`
     (`.kbert-resume-NAME`); if it is killed, the same call resumes from its
     last complete epoch, with the shuffles and dropout an uninterrupted run
-    would have used. The folder is removed once `out` is written; a run with
-    other settings starts afresh.
+    would have used (an adaptation killed on its way, from its last 100
+    steps). The folder is removed once `out` is written; a run with other
+    settings starts afresh.
 
     Returns:
         dict. The task's dev figures, the training time and curve.
@@ -185,8 +197,10 @@ def finetune(
     recipe = task_class.recipe.override(
         sequence_length=sequence_length, batch_size=batch_size, epochs=epochs,
         learning_rate=learning_rate, warmup_fraction=warmup_fraction, weight_decay=weight_decay,
+        adapt_steps=adapt_steps,
     )
     check_training_numbers(recipe.batch_size, recipe.epochs, recipe.learning_rate)
+    check_adaptation(recipe.adapt_steps, deterministic)
     check_callbacks(callbacks)
     if isinstance(strategy, str) and strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
@@ -216,6 +230,18 @@ def finetune(
         "jit_compile": jit_compile, "dtype": dtype, "seed": seed,
     }
     resume_dir, first_epoch, curve = resume_point(out, run, log)
+    adaptation = None
+    if recipe.adapt_steps:
+        adapted, adaptation = adapt(
+            task.texts(train_examples), os.path.join(resume_dir, ADAPT_FOLDER), init, vocabulary, lowercase,
+            recipe.adapt_steps, recipe.batch_size, recipe.sequence_length, seed=seed, dtype=dtype,
+            jit_compile=jit_compile, strategy=strategy, verbose=verbose, log=log,
+        )
+        # Fine-tuning then draws what it would from the adapted encoder alone.
+        set_seeds(seed)
+        config, encoder, _, _ = _encoder(
+            adapted, None, lowercase, recipe.sequence_length, dtype, attention_dropout, strategy
+        )
     train_ds, steps_per_epoch = train_dataset(
         task, train_examples, recipe.batch_size, seed=seed, epochs=recipe.epochs, first_epoch=first_epoch,
         bucket_width=training_bucket_width(jit_compile), replicas=strategy.num_replicas_in_sync,
@@ -244,6 +270,8 @@ def finetune(
         strategy=strategy, validation_data=dev_ds, verbose=verbose, callbacks=callbacks,
     )
     metrics = {**dev_figures(task, model, dev_examples, dev_encoded), **figures}
+    if adaptation:
+        metrics["adaptation"] = adaptation
     settings = {
         "bert_config": config.to_dict(),
         "sequence_length": recipe.sequence_length,

@@ -1,0 +1,90 @@
+"""Task-adaptive pretraining: masked LM on a task's own training texts before fine-tuning.
+
+Gururangan et al. (2020), "Don't Stop Pretraining": an encoder that goes on
+with its masked-LM objective on the unlabelled text of a small task, then
+fine-tunes, does better on it. `finetune(adapt_steps=N)` runs `adapt` first;
+it is `kbert pretrain --corpus` on the training texts, with the fine-tuning's
+batch and sequence length (docs/pretraining.md).
+"""
+
+import json
+import math
+import os
+
+import keras
+
+from kbert.pretraining.dynamic_masking import count_sequences, make_dynamic_masking_dataset
+from kbert.pretraining.instances import DEFAULT_MASKED_LM_PROB
+from kbert.pretraining.run_folder import ENCODER_FOLDER, HISTORY_FILE
+from kbert.pretraining.train import pretrain
+
+# AdamW at google-research/bert's peak rate for it, warming up over a tenth of
+# the steps: what the text-pair recipe's 600 steps were measured with on MRPC.
+LEARNING_RATE = 1e-4
+# Steps between the checkpoints a killed adaptation resumes from.
+CHECKPOINT_EVERY = 100
+
+
+def adapt(texts, folder, init, vocabulary, lowercase, steps, batch_size, sequence_length, seed=0, dtype=None,
+          jit_compile=False, strategy="auto", verbose="auto", log=print):
+    """Pretrains `init` with masked LM on `texts` for `steps` steps into `folder`.
+
+    Args:
+        texts: list of str. The training texts; each distinct one is read once,
+            in order, packed into sequences of `sequence_length` and masked
+            anew on every pass (`make_dynamic_masking_dataset`).
+        folder: str. `pretrain`'s `out`: new, or what an earlier call with the
+            same arguments left: complete (its history.json is read back) or
+            killed (resumed from its last checkpoint).
+        init, vocabulary, lowercase: the checkpoint (or preset) fine-tuning
+            starts from, and the vocabulary and casing it reads text with.
+        steps, batch_size, sequence_length, seed, dtype, jit_compile, strategy,
+            verbose: as for `pretrain`.
+        log: callable taking a str, for progress lines.
+
+    Returns:
+        `(encoder folder, figures)`: the adapted encoder, a Hugging Face folder
+        to fine-tune from, and a dict for metrics.json (steps, the last
+        window's masked-LM loss and accuracy, the training time).
+
+    Raises:
+        ValueError: `texts` too short to fill one sequence.
+    """
+    encoder = os.path.join(folder, ENCODER_FOLDER)
+    history_file = os.path.join(folder, HISTORY_FILE)
+    if os.path.isfile(history_file):
+        log(f"adaptation: done in an earlier run, kept in {folder}")
+        with open(history_file) as f:
+            return encoder, _figures(json.load(f))
+    texts = list(dict.fromkeys(texts))
+    sequences = count_sequences(texts, vocabulary, sequence_length, lowercase)
+    if not sequences:
+        raise ValueError(
+            f"the {len(texts)} training texts fill no sequence of {sequence_length} pieces; "
+            "adaptation needs more text (pass adapt_steps=0, --adapt-steps 0, to skip it)"
+        )
+    log(f"adaptation: {steps} masked-LM steps of {batch_size} on {len(texts)} training texts "
+        f"({sequences} sequences of {sequence_length}, about {steps * batch_size / sequences:.1f} passes)")
+    # Seeded before the pipeline is built, whose masking ops take their seeds
+    # then: a call gives the same masks wherever it is made.
+    keras.utils.set_random_seed(seed)
+    data = make_dynamic_masking_dataset(
+        texts, vocabulary, batch_size, sequence_length, math.ceil(DEFAULT_MASKED_LM_PROB * sequence_length),
+        lowercase=lowercase, seed=seed,
+    )
+    history = pretrain(
+        data, folder, vocabulary, init=init, batch_size=batch_size, num_train_steps=steps,
+        learning_rate=LEARNING_RATE, optimizer="adamw", lowercase=lowercase, jit_compile=jit_compile,
+        dtype=dtype, seed=seed, checkpoint_every=min(CHECKPOINT_EVERY, steps), strategy=strategy, verbose=verbose,
+    )
+    return encoder, _figures(history)
+
+
+def _figures(history):
+    final = history["final"]
+    return {
+        "steps": final["step"],
+        "masked_lm_loss": final["masked_lm_loss"],
+        "masked_lm_accuracy": final["masked_lm_accuracy"],
+        "train_seconds": history["throughput"]["train_seconds"],
+    }

@@ -1,0 +1,134 @@
+"""Adaptation: masked LM on the training texts before fine-tuning (`finetune(adapt_steps=...)`)."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+from kbert.cli import main
+from kbert.pretraining.adapt import adapt
+from kbert.tasks import TASKS
+from kbert.training.finetune import finetune
+from tests.task_harness import minilm_vocabulary, task_instance
+
+MRPC = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "glue-mrpc")
+PAIRS = "text-pair-classification"
+# A tiny recipe: one epoch of batches of 4 pairs, packed to 32 pieces.
+TINY = {"task": PAIRS, "batch_size": 4, "sequence_length": 32, "epochs": 1, "dtype": "float32", "verbose": 0}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A one-block BERT on MiniLM's vocabulary (a Hugging Face folder) and 24 MRPC training pairs."""
+    from kbert.checkpoints import save_hf_checkpoint
+    from kbert.config import BertConfig
+    from kbert.models import bert_encoder
+
+    folder = tmp_path_factory.mktemp("adaptation")
+    config = BertConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_position_embeddings=64)
+    keras.utils.set_random_seed(0)
+    save_hf_checkpoint(bert_encoder(config), config, list(minilm_vocabulary()), str(folder / "bert"))
+    with open(os.path.join(MRPC, "train.tsv"), encoding="utf-8") as f:
+        lines = f.readlines()[:25]
+    (folder / "pairs.tsv").write_text("".join(lines), encoding="utf-8")
+    return folder
+
+
+def _weights(model_folder):
+    model = keras.saving.load_model(os.path.join(model_folder, "model.keras"), compile=False)
+    return model.get_weights()
+
+
+class _StartingEmbeddings(keras.callbacks.Callback):
+    """Keeps the token embeddings fine-tuning starts from, and those of the adapted encoder beside them."""
+
+    def __init__(self, adapted_folder):
+        super().__init__()
+        self.adapted_folder = adapted_folder
+
+    def on_train_begin(self, logs=None):
+        from kbert.checkpoints import load_hf_checkpoint
+
+        self.start = _token_embeddings(self.model)
+        if os.path.isdir(self.adapted_folder):
+            self.adapted = _token_embeddings(load_hf_checkpoint(self.adapted_folder).encoder)
+
+
+def _token_embeddings(model):
+    vocabulary_size = len(minilm_vocabulary())
+    return next(w.numpy() for w in model.weights if tuple(w.shape) == (vocabulary_size, 16))
+
+
+def test_fine_tuning_starts_from_the_encoder_adapted_on_the_training_texts(tiny, tmp_path):
+    from kbert.checkpoints import load_hf_checkpoint
+
+    pairs, bert = str(tiny / "pairs.tsv"), str(tiny / "bert")
+    adapted = str(tmp_path / ".kbert-resume-m" / "adaptation" / "encoder")
+    spy = _StartingEmbeddings(adapted)
+    lines = []
+    figures = finetune(pairs, pairs, bert, str(tmp_path / "m"), adapt_steps=4, callbacks=[spy], log=lines.append,
+                       **TINY)
+    np.testing.assert_array_equal(spy.start, spy.adapted)
+    assert np.abs(spy.start - _token_embeddings(load_hf_checkpoint(bert).encoder)).max() > 1e-4
+    assert "adaptation: 4 masked-LM steps of 4 on 48 training texts" in "\n".join(lines)
+    assert figures["adaptation"]["steps"] == 4 and np.isfinite(figures["adaptation"]["masked_lm_loss"])
+    with open(tmp_path / "m" / "kbert.json") as f:
+        assert json.load(f)["training"]["adapt_steps"] == 4
+    assert [p.name for p in tmp_path.iterdir()] == ["m"]  # the resume folder, the adaptation in it, is gone
+
+    spy = _StartingEmbeddings(str(tmp_path / ".kbert-resume-not-adapted" / "adaptation" / "encoder"))
+    finetune(pairs, pairs, bert, str(tmp_path / "not-adapted"), adapt_steps=0, callbacks=[spy], **TINY)
+    assert not hasattr(spy, "adapted")
+    np.testing.assert_array_equal(spy.start, _token_embeddings(load_hf_checkpoint(bert).encoder))
+
+
+def test_a_complete_adaptation_is_kept_for_the_run_that_resumes(tiny, tmp_path):
+    texts = [f"text number {i} of forty, and the same again" for i in range(40)] * 2
+    args = (texts, str(tmp_path / "a"), str(tiny / "bert"), list(minilm_vocabulary()), True, 2, 4, 16)
+    lines = []
+    first = adapt(*args, dtype="float32", verbose=0, log=lines.append)
+    assert adapt(*args, dtype="float32", verbose=0, log=lines.append) == first
+    assert lines[-1] == f"adaptation: done in an earlier run, kept in {tmp_path / 'a'}"
+    assert lines[0].startswith("adaptation: 2 masked-LM steps of 4 on 40 training texts")  # each distinct once
+
+
+def test_too_little_text_is_refused_with_its_measure(tiny, tmp_path):
+    with pytest.raises(ValueError, match=r"^the 1 training texts fill no sequence of 32 pieces; .*--adapt-steps 0"):
+        adapt(["a short text"], str(tmp_path / "a"), str(tiny / "bert"), list(minilm_vocabulary()), True, 2, 4, 32)
+    assert not (tmp_path / "a").exists()
+
+
+def test_pair_texts_are_both_sentences_in_order():
+    examples = TASKS[PAIRS].read(os.path.join(MRPC, "dev.tsv"))[:2]
+    texts = task_instance(PAIRS, {"labels": ["0", "1"]}).texts(examples)
+    assert texts == [examples[0].texts[0], examples[0].texts[1], examples[1].texts[0], examples[1].texts[1]]
+
+
+def test_bad_adaptation_settings_are_refused_before_data_is_read(tiny, tmp_path, capsys):
+    with pytest.raises(ValueError, match=r"^adapt_steps=-1; expected an integer of 0 or more$"):
+        finetune("missing.tsv", "missing.tsv", "all-minilm-l6-v2", str(tmp_path / "m"), task=PAIRS, adapt_steps=-1)
+    with pytest.raises(ValueError, match=r"^deterministic=True .* with adapt_steps=600 .*\(--adapt-steps 0\)$"):
+        finetune("missing.tsv", "missing.tsv", "all-minilm-l6-v2", str(tmp_path / "m"), task=PAIRS,
+                 deterministic=True)
+    pairs = str(tiny / "pairs.tsv")
+    argv = ["finetune", "--task", PAIRS, "--train", pairs, "--dev", pairs,
+            "--init", "all-minilm-l6-v2", "--out", str(tmp_path / "m"), "--deterministic"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "with adapt_steps=600 (--adapt-steps)" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit):
+        main([*argv[:-1], "--adapt-steps", "-1"])
+    assert "--adapt-steps: -1 is not an integer of 0 or more" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
+
+
+def test_finetune_command_adapts_and_says_so(tiny, tmp_path, capsys):
+    pairs = str(tiny / "pairs.tsv")
+    argv = ["finetune", "--task", PAIRS, "--train", pairs, "--dev", pairs, "--init", str(tiny / "bert"),
+            "--out", str(tmp_path / "m"), "--adapt-steps", "2", "--batch-size", "4", "--seq-len", "32",
+            "--epochs", "1", "--dtype", "float32"]
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["adaptation"]["steps"] == 2 and set(printed["dev"]) >= {"accuracy", "f1"}
