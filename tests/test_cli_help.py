@@ -197,6 +197,12 @@ EARLY_REFUSALS = [
     ("pretrain --corpus given.txt --config bert_tiny --steps 1 --out runs/p",
      "--vocab is required with --corpus and --init bert_tiny, which has no vocabulary"),
     ("pretrain --corpus given.txt --init mine --steps 1 --out runs/p", "--init mine holds no vocab.txt; pass --vocab"),
+    ("pretrain --corpus given.txt --init bert_mni --steps 1 --out runs/p",
+     "--init bert_mni: no such checkpoint folder, packaged checkpoint (all-minilm-l6-v2), preset (such as "
+     "bert_mini) or BertConfig .json file"),
+    ("pretrain --records given.txt --vocab given.txt --init nowhere.json --steps 1 --out runs/p",
+     "--init nowhere.json: no such checkpoint folder, packaged checkpoint (all-minilm-l6-v2), preset (such as "
+     "bert_mini) or BertConfig .json file"),
     ("pretrain --records mine --config bert_tiny --steps 1 --out runs/p",
      "--records mine holds no vocab.txt; pass --vocab"),
     ("pretrain --corpus given.txt --vocab given.txt --config bert_tiny --steps 1 --out mine",

@@ -11,7 +11,7 @@ import sys
 
 from kbert.cliargs import add_command, fraction, learning_rate, positive_int
 from kbert.cliio import CliError, check_output_file, is_vocab_file
-from kbert.config import PRESETS, resolve_checkpoint
+from kbert.config import PACKAGED_CHECKPOINTS, PRESETS, resolve_checkpoint
 from kbert.fileio import check_distinct, write_file
 from kbert.pretraining.run_folder import check_run_folder
 
@@ -115,6 +115,11 @@ def _pretraining_vocab(args):
 def check_pretrain(args):
     if bool(args.records) == bool(args.corpus):
         raise CliError("give either --records or --corpus")
+    if _continues_checkpoint(args) and not (os.path.isdir(args.config) or args.config in PACKAGED_CHECKPOINTS):
+        raise CliError(
+            f"--init {args.config}: no such checkpoint folder, packaged checkpoint "
+            f"({', '.join(sorted(PACKAGED_CHECKPOINTS))}), preset (such as bert_mini) or BertConfig .json file"
+        )
     if args.corpus and args.deterministic:
         # tf-text's RandomItemSelector draws masks with unseeded random ops,
         # which TensorFlow's op determinism refuses.
