@@ -143,7 +143,7 @@ def _build_model(init, vocabulary, dtype):
         heads = has_masked_lm(folder)
         checkpoint = load_hf_checkpoint(folder, dtype=dtype, heads=heads)
         built = () if heads else ("cls.predictions", "cls.seq_relationship")
-        warn_fresh(checkpoint, folder, "pretraining", built=built)
+        warn_fresh(checkpoint, init, "pretraining", built=built)
         pretrainer = checkpoint.pretrainer or bert_pretrainer(checkpoint.encoder, dtype=dtype)
     if checkpoint.vocabulary != list(vocabulary):
         raise ValueError(
