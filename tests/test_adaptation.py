@@ -94,10 +94,15 @@ def test_a_complete_adaptation_is_kept_for_the_run_that_resumes(tiny, tmp_path):
     assert lines[0].startswith("adaptation: 2 masked-LM steps of 4 on 40 training texts")  # each distinct once
 
 
-def test_too_little_text_is_refused_with_its_measure(tiny, tmp_path):
+def test_too_little_text_is_refused_with_its_measure_before_anything_is_written(tiny, tmp_path):
     with pytest.raises(ValueError, match=r"^the 1 training texts fill no sequence of 32 pieces; .*--adapt-steps 0"):
         adapt(["a short text"], str(tmp_path / "a"), str(tiny / "bert"), list(minilm_vocabulary()), True, 2, 4, 32)
     assert not (tmp_path / "a").exists()
+    (tmp_path / "two.tsv").write_text("sentence1\tsentence2\tlabel\na cat\ta dog\t0\na bird\ta fish\t1\n")
+    with pytest.raises(ValueError, match=r"^the 4 training texts fill no sequence of 32 pieces; "):
+        finetune(str(tmp_path / "two.tsv"), str(tmp_path / "two.tsv"), str(tiny / "bert"), str(tmp_path / "m"),
+                 **TINY)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["two.tsv"]
 
 
 def test_pair_texts_are_both_sentences_in_order():

@@ -56,13 +56,7 @@ def adapt(texts, folder, init, vocabulary, lowercase, steps, batch_size, sequenc
         log(f"adaptation: done in an earlier run, kept in {folder}")
         with open(history_file) as f:
             return encoder, _figures(json.load(f))
-    texts = list(dict.fromkeys(texts))
-    sequences = count_sequences(texts, vocabulary, sequence_length, lowercase)
-    if not sequences:
-        raise ValueError(
-            f"the {len(texts)} training texts fill no sequence of {sequence_length} pieces; "
-            "adaptation needs more text (pass adapt_steps=0, --adapt-steps 0, to skip it)"
-        )
+    texts, sequences = adaptation_text(texts, vocabulary, sequence_length, lowercase)
     log(f"adaptation: {steps} masked-LM steps of {batch_size} on {len(texts)} training texts "
         f"({sequences} sequences of {sequence_length}, about {steps * batch_size / sequences:.1f} passes)")
     # Seeded before the pipeline is built, whose masking ops take their seeds
@@ -78,6 +72,19 @@ def adapt(texts, folder, init, vocabulary, lowercase, steps, batch_size, sequenc
         dtype=dtype, seed=seed, checkpoint_every=min(CHECKPOINT_EVERY, steps), strategy=strategy, verbose=verbose,
     )
     return encoder, _figures(history)
+
+
+def adaptation_text(texts, vocabulary, sequence_length, lowercase):
+    """`(distinct texts in order, sequences they pack into)`; `ValueError` if
+    they fill no sequence of `sequence_length` pieces."""
+    texts = list(dict.fromkeys(texts))
+    sequences = count_sequences(texts, vocabulary, sequence_length, lowercase)
+    if not sequences:
+        raise ValueError(
+            f"the {len(texts)} training texts fill no sequence of {sequence_length} pieces; "
+            "adaptation needs more text (pass adapt_steps=0, --adapt-steps 0, to skip it)"
+        )
+    return texts, sequences
 
 
 def _figures(history):

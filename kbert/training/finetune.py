@@ -21,7 +21,7 @@ from kbert.checkpoints.huggingface import init_encoder
 from kbert.config import check_init
 from kbert.hardware import log_dtype
 from kbert.modelfolder import check_model_out, write_model_folder
-from kbert.pretraining.adapt import adapt
+from kbert.pretraining.adapt import adapt, adaptation_text
 from kbert.recipes import check_adaptation
 from kbert.tasks import DEFAULT_TASK, get_task
 from kbert.training.batching import eval_dataset, train_dataset, training_bucket_width
@@ -229,11 +229,14 @@ def finetune(
         "reinit_pooler": reinit_pooler, "attention_dropout": attention_dropout,
         "jit_compile": jit_compile, "dtype": dtype, "seed": seed,
     }
+    if recipe.adapt_steps:
+        # Refused before anything is written.
+        texts, _ = adaptation_text(task.texts(train_examples), vocabulary, recipe.sequence_length, lowercase)
     resume_dir, first_epoch, curve = resume_point(out, run, log)
     adaptation = None
     if recipe.adapt_steps:
         adapted, adaptation = adapt(
-            task.texts(train_examples), os.path.join(resume_dir, ADAPT_FOLDER), init, vocabulary, lowercase,
+            texts, os.path.join(resume_dir, ADAPT_FOLDER), init, vocabulary, lowercase,
             recipe.adapt_steps, recipe.batch_size, recipe.sequence_length, seed=seed, dtype=dtype,
             jit_compile=jit_compile, strategy=strategy, verbose=verbose, log=log,
         )
