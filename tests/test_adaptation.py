@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kbert.cli import main
-from kbert.pretraining.adapt import adapt
+from kbert.pretraining.adapt import adapt, adaptation_text
 from kbert.tasks import TASKS
 from kbert.training.finetune import finetune
 from tests.task_harness import minilm_vocabulary, task_instance
@@ -86,7 +86,9 @@ def test_fine_tuning_starts_from_the_encoder_adapted_on_the_training_texts(tiny,
 
 def test_a_complete_adaptation_is_kept_for_the_run_that_resumes(tiny, tmp_path):
     texts = [f"text number {i} of forty, and the same again" for i in range(40)] * 2
-    args = (texts, str(tmp_path / "a"), str(tiny / "bert"), list(minilm_vocabulary()), True, 2, 4, 16)
+    vocabulary = list(minilm_vocabulary())
+    distinct, sequences = adaptation_text(texts, vocabulary, 16, True)
+    args = (distinct, sequences, str(tmp_path / "a"), str(tiny / "bert"), vocabulary, True, 2, 4, 16)
     lines = []
     first = adapt(*args, dtype="float32", verbose=0, log=lines.append)
     assert adapt(*args, dtype="float32", verbose=0, log=lines.append) == first
@@ -96,8 +98,7 @@ def test_a_complete_adaptation_is_kept_for_the_run_that_resumes(tiny, tmp_path):
 
 def test_too_little_text_is_refused_with_its_measure_before_anything_is_written(tiny, tmp_path):
     with pytest.raises(ValueError, match=r"^the 1 training texts fill no sequence of 32 pieces; .*--adapt-steps 0"):
-        adapt(["a short text"], str(tmp_path / "a"), str(tiny / "bert"), list(minilm_vocabulary()), True, 2, 4, 32)
-    assert not (tmp_path / "a").exists()
+        adaptation_text(["a short text"], list(minilm_vocabulary()), 32, True)
     (tmp_path / "two.tsv").write_text("sentence1\tsentence2\tlabel\na cat\ta dog\t0\na bird\ta fish\t1\n")
     with pytest.raises(ValueError, match=r"^the 4 training texts fill no sequence of 32 pieces; "):
         finetune(str(tmp_path / "two.tsv"), str(tmp_path / "two.tsv"), str(tiny / "bert"), str(tmp_path / "m"),

@@ -234,6 +234,26 @@ def with_overrides(config, overrides):
     return config.replace(**overrides)
 
 
+def read_hf_folder(name_or_path, overrides=None):
+    """`(config, vocabulary, lowercase)` of a Hugging Face BERT folder (or packaged
+    name), read without its weights; `ValueError` naming a file that is missing
+    or disagrees with `config.json`. `overrides` as for `load_hf_checkpoint`."""
+    folder = resolve_checkpoint(name_or_path)
+    config = with_overrides(config_from_hf(_read_json(os.path.join(folder, "config.json"))), overrides)
+    vocab_path = os.path.join(folder, "vocab.txt")
+    for path in (vocab_path, os.path.join(folder, "model.safetensors")):
+        if not os.path.isfile(path):
+            raise ValueError(f"{path} not found; expected a Hugging Face BERT checkpoint folder")
+    with open(vocab_path, encoding="utf-8") as f:
+        vocabulary = [line.rstrip("\n") for line in f]
+    if len(vocabulary) != config.vocab_size:
+        raise ValueError(
+            f"{vocab_path} has {len(vocabulary)} tokens; config.json says "
+            f"vocab_size={config.vocab_size}"
+        )
+    return config, vocabulary, hf_lowercase(folder)
+
+
 def load_hf_checkpoint(name_or_path, dtype=None, overrides=None, heads=False):
     """Loads a Hugging Face BERT folder into config, vocabulary and encoder.
 
@@ -264,20 +284,7 @@ def load_hf_checkpoint(name_or_path, dtype=None, overrides=None, heads=False):
     >>> checkpoint = load_hf_checkpoint("all-minilm-l6-v2")  # doctest: +SKIP
     """
     folder = resolve_checkpoint(name_or_path)
-    config = with_overrides(config_from_hf(_read_json(os.path.join(folder, "config.json"))), overrides)
-    vocab_path = os.path.join(folder, "vocab.txt")
-    weights_path = os.path.join(folder, "model.safetensors")
-    for path in (vocab_path, weights_path):
-        if not os.path.isfile(path):
-            raise ValueError(f"{path} not found; expected a Hugging Face BERT checkpoint folder")
-    with open(vocab_path, encoding="utf-8") as f:
-        vocabulary = [line.rstrip("\n") for line in f]
-    if len(vocabulary) != config.vocab_size:
-        raise ValueError(
-            f"{vocab_path} has {len(vocabulary)} tokens; config.json says "
-            f"vocab_size={config.vocab_size}"
-        )
-    lowercase = hf_lowercase(folder)
+    config, vocabulary, lowercase = read_hf_folder(folder, overrides)
     if heads:
         from kbert.models.pretrainer import bert_pretrainer
 
@@ -286,7 +293,7 @@ def load_hf_checkpoint(name_or_path, dtype=None, overrides=None, heads=False):
         encoder = pretrainer.encoder
     else:
         pretrainer, encoder = None, bert_encoder(config, dtype=dtype)
-    fresh = load_hf_weights(encoder, config, weights_path, pretrainer)
+    fresh = load_hf_weights(encoder, config, os.path.join(folder, "model.safetensors"), pretrainer)
     layers = tuple(sorted({name.rsplit(".", 1)[0] for name in fresh}))
     return HuggingFaceCheckpoint(config, vocabulary, lowercase, encoder, pretrainer, layers)
 
@@ -340,3 +347,11 @@ def init_encoder(init, dtype=None, overrides=None):
     checkpoint = load_hf_checkpoint(init, dtype=dtype, overrides=overrides)
     warn_fresh(checkpoint, init, "fine-tuning")
     return checkpoint.config, checkpoint.encoder, checkpoint.vocabulary, checkpoint.lowercase
+
+
+def read_init(init):
+    """`(config, vocabulary or None, lowercase)` of what `init_encoder(init)`
+    builds, read without its weights."""
+    if init in PRESETS:
+        return PRESETS[init], None, True
+    return read_hf_folder(init)

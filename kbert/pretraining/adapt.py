@@ -25,14 +25,15 @@ LEARNING_RATE = 1e-4
 CHECKPOINT_EVERY = 100
 
 
-def adapt(texts, folder, init, vocabulary, lowercase, steps, batch_size, sequence_length, seed=0, dtype=None,
+def adapt(texts, sequences, folder, init, vocabulary, lowercase, steps, batch_size, sequence_length, seed=0, dtype=None,
           jit_compile=False, strategy="auto", verbose="auto", log=print):
     """Pretrains `init` with masked LM on `texts` for `steps` steps into `folder`.
 
     Args:
-        texts: list of str. The training texts; each distinct one is read once,
-            in order, packed into sequences of `sequence_length` and masked
-            anew on every pass (`make_dynamic_masking_dataset`).
+        texts, sequences: what `adaptation_text` returns: the distinct
+            training texts, read in order, packed into sequences of
+            `sequence_length` and masked anew on every pass
+            (`make_dynamic_masking_dataset`), and how many sequences they fill.
         folder: str. `pretrain`'s `out`: new, or what an earlier call with the
             same arguments left: complete (its history.json is read back) or
             killed (resumed from its last checkpoint).
@@ -47,8 +48,6 @@ def adapt(texts, folder, init, vocabulary, lowercase, steps, batch_size, sequenc
         to fine-tune from, and a dict for metrics.json (steps, the last
         window's masked-LM loss and accuracy, the training time).
 
-    Raises:
-        ValueError: `texts` too short to fill one sequence.
     """
     encoder = os.path.join(folder, ENCODER_FOLDER)
     history_file = os.path.join(folder, HISTORY_FILE)
@@ -56,7 +55,6 @@ def adapt(texts, folder, init, vocabulary, lowercase, steps, batch_size, sequenc
         log(f"adaptation: done in an earlier run, kept in {folder}")
         with open(history_file) as f:
             return encoder, _figures(json.load(f))
-    texts, sequences = adaptation_text(texts, vocabulary, sequence_length, lowercase)
     log(f"adaptation: {steps} masked-LM steps of {batch_size} on {len(texts)} training texts "
         f"({sequences} sequences of {sequence_length}, about {steps * batch_size / sequences:.1f} passes)")
     # Seeded before the pipeline is built, whose masking ops take their seeds

@@ -17,7 +17,7 @@ import time
 
 import keras
 
-from kbert.checkpoints.huggingface import init_encoder
+from kbert.checkpoints.huggingface import init_encoder, read_init
 from kbert.config import check_init
 from kbert.hardware import log_dtype
 from kbert.modelfolder import check_model_out, write_model_folder
@@ -212,9 +212,9 @@ def finetune(
     strategy = get_strategy(strategy)
     log_batch_sizes(strategy, recipe.batch_size)
     dtype = log_dtype(dtype, log)
-    config, encoder, vocabulary, lowercase = _encoder(
-        init, vocab, lowercase, recipe.sequence_length, dtype, attention_dropout, strategy
-    )
+    vocabulary, lowercase = _vocabulary_and_casing(init, vocab, lowercase, recipe.sequence_length)
+    if not recipe.adapt_steps:  # loaded before anything is written: a bad checkpoint is refused
+        config, encoder = _encoder(init, dtype, attention_dropout, strategy)
     tokenizer = WordPieceTokenizer(vocabulary, lowercase=lowercase)
     task = task_class(tokenizer, recipe.sequence_length, **task_settings)
     task.use_options(options)
@@ -231,20 +231,18 @@ def finetune(
     }
     if recipe.adapt_steps:
         # Refused before anything is written.
-        texts, _ = adaptation_text(task.texts(train_examples), vocabulary, recipe.sequence_length, lowercase)
+        texts, sequences = adaptation_text(task.texts(train_examples), vocabulary, recipe.sequence_length, lowercase)
     resume_dir, first_epoch, curve = resume_point(out, run, log)
     adaptation = None
     if recipe.adapt_steps:
         adapted, adaptation = adapt(
-            texts, os.path.join(resume_dir, ADAPT_FOLDER), init, vocabulary, lowercase,
+            texts, sequences, os.path.join(resume_dir, ADAPT_FOLDER), init, vocabulary, lowercase,
             recipe.adapt_steps, recipe.batch_size, recipe.sequence_length, seed=seed, dtype=dtype,
             jit_compile=jit_compile, strategy=strategy, verbose=verbose, log=log,
         )
         # Fine-tuning then draws what it would from the adapted encoder alone.
         set_seeds(seed)
-        config, encoder, _, _ = _encoder(
-            adapted, None, lowercase, recipe.sequence_length, dtype, attention_dropout, strategy
-        )
+        config, encoder = _encoder(adapted, dtype, attention_dropout, strategy)
     train_ds, steps_per_epoch = train_dataset(
         task, train_examples, recipe.batch_size, seed=seed, epochs=recipe.epochs, first_epoch=first_epoch,
         bucket_width=training_bucket_width(jit_compile), replicas=strategy.num_replicas_in_sync,
@@ -302,15 +300,21 @@ def _trainable(task):
     return task_class
 
 
-def _encoder(init, vocab, lowercase, sequence_length, dtype, attention_dropout, strategy):
-    """`(config, encoder, vocabulary, lowercase)` to fine-tune from `init`: the
-    checkpoint's vocabulary and casing unless `vocab` or `lowercase` is given;
-    `ValueError` if the vocabulary or `sequence_length` does not fit the model."""
+def _encoder(init, dtype, attention_dropout, strategy):
+    """`(config, encoder)` of a checkpoint or preset, built under `strategy`."""
     with strategy.scope():
-        config, encoder, vocabulary, init_lowercase = init_encoder(
+        config, encoder, _, _ = init_encoder(
             init, dtype=dtype,
             overrides=None if attention_dropout is None else {"attention_dropout": attention_dropout},
         )
+    return config, encoder
+
+
+def _vocabulary_and_casing(init, vocab, lowercase, sequence_length):
+    """`(vocabulary, lowercase)` to read text with for fine-tuning from `init`:
+    the checkpoint's unless `vocab` or `lowercase` is given, read without its
+    weights; `ValueError` if the vocabulary or `sequence_length` does not fit the model."""
+    config, vocabulary, init_lowercase = read_init(init)
     if vocab is not None:
         vocabulary = load_vocab(vocab)
     if len(vocabulary) > config.vocab_size:
@@ -318,7 +322,7 @@ def _encoder(init, vocab, lowercase, sequence_length, dtype, attention_dropout, 
             f"vocabulary has {len(vocabulary)} tokens but vocab_size={config.vocab_size}"
         )
     config.check_sequence_length(sequence_length)
-    return config, encoder, vocabulary, init_lowercase if lowercase is None else lowercase
+    return vocabulary, init_lowercase if lowercase is None else lowercase
 
 
 def check_training_numbers(batch_size, epochs, learning_rate):
