@@ -218,3 +218,15 @@ def resolve_checkpoint(name_or_path):
         f"checkpoint {name_or_path!r} is neither a folder nor one of "
         f"{sorted(PACKAGED_CHECKPOINTS)}"
     )
+
+
+def read_checkpoint_vocabulary(path, config, config_file):
+    """The tokens of a checkpoint's vocab.txt at `path`, one a line; `ValueError`
+    if there are not `config.vocab_size` of them, as `config_file` says."""
+    with open(path, encoding="utf-8") as f:
+        vocabulary = [line.rstrip("\n") for line in f]
+    if len(vocabulary) != config.vocab_size:
+        raise ValueError(
+            f"{path} has {len(vocabulary)} tokens; {config_file} says vocab_size={config.vocab_size}"
+        )
+    return vocabulary

@@ -11,7 +11,7 @@ import collections
 import json
 import os
 
-from kbert.config import BertConfig
+from kbert.config import BertConfig, read_checkpoint_vocabulary
 from kbert.models.encoder import bert_encoder
 
 CHECKPOINT_PREFIX = "bert_model.ckpt"
@@ -205,13 +205,7 @@ def load_google_checkpoint(folder, heads=True, lowercase=None, dtype=None):
             config = config_from_google(json.load(f))
     except json.JSONDecodeError as error:
         raise ValueError(f"{config_path} is not valid JSON: {error}") from None
-    with open(vocab_path, encoding="utf-8") as f:
-        vocabulary = [line.rstrip("\n") for line in f]
-    if len(vocabulary) != config.vocab_size:
-        raise ValueError(
-            f"{vocab_path} has {len(vocabulary)} tokens; bert_config.json says "
-            f"vocab_size={config.vocab_size}"
-        )
+    vocabulary = read_checkpoint_vocabulary(vocab_path, config, "bert_config.json")
     if lowercase is None:
         lowercase = infer_lowercase(vocabulary)
     prefix = find_checkpoint(folder)

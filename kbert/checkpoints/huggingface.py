@@ -14,7 +14,7 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
-from kbert.config import PRESETS, BertConfig, resolve_checkpoint
+from kbert.config import PRESETS, BertConfig, read_checkpoint_vocabulary, resolve_checkpoint
 from kbert.fileio import check_new_folder
 from kbert.models.encoder import bert_encoder
 
@@ -244,13 +244,7 @@ def read_hf_folder(name_or_path, overrides=None):
     for path in (vocab_path, os.path.join(folder, "model.safetensors")):
         if not os.path.isfile(path):
             raise ValueError(f"{path} not found; expected a Hugging Face BERT checkpoint folder")
-    with open(vocab_path, encoding="utf-8") as f:
-        vocabulary = [line.rstrip("\n") for line in f]
-    if len(vocabulary) != config.vocab_size:
-        raise ValueError(
-            f"{vocab_path} has {len(vocabulary)} tokens; config.json says "
-            f"vocab_size={config.vocab_size}"
-        )
+    vocabulary = read_checkpoint_vocabulary(vocab_path, config, "config.json")
     return config, vocabulary, hf_lowercase(folder)
 
 
