@@ -25,8 +25,8 @@ LEARNING_RATE = 1e-4
 CHECKPOINT_EVERY = 100
 
 
-def adapt(texts, sequences, folder, init, vocabulary, lowercase, steps, batch_size, sequence_length, seed=0, dtype=None,
-          jit_compile=False, strategy="auto", verbose="auto", log=print):
+def adapt(texts, sequences, folder, init, vocabulary, lowercase, steps, batch_size, sequence_length, seed=0,
+          dtype=None, jit_compile=False, strategy="auto", verbose="auto", log=print):
     """Pretrains `init` with masked LM on `texts` for `steps` steps into `folder`.
 
     Args:
@@ -47,7 +47,6 @@ def adapt(texts, sequences, folder, init, vocabulary, lowercase, steps, batch_si
         `(encoder folder, figures)`: the adapted encoder, a Hugging Face folder
         to fine-tune from, and a dict for metrics.json (steps, the last
         window's masked-LM loss and accuracy, the training time).
-
     """
     encoder = os.path.join(folder, ENCODER_FOLDER)
     history_file = os.path.join(folder, HISTORY_FILE)
