@@ -1,4 +1,5 @@
-"""`kbert pretrain --strategy multiworker`: two workers on localhost, then a SIGKILL.
+"""`kbert pretrain --strategy multiworker`: two workers on localhost, then a SIGKILL;
+and `kbert finetune` adapting first on two workers.
 
 Each worker is `python -m kbert.cli pretrain ... --strategy multiworker` with
 its own `TF_CONFIG` (two free loopback ports picked at test time), on the
@@ -35,6 +36,7 @@ import pytest
 
 from kbert.cli import main
 from kbert.pretraining.train import BACKUP_FOLDER, HISTORY_FILE, WEIGHTS_FILE
+from tests.test_adaptation import tiny  # noqa: F401 (a fixture)
 from tests.test_pretrain_cli import ROOT, records, weights  # noqa: F401 (records: fixture)
 
 STEPS, CHECKPOINT_EVERY = 16, 4
@@ -53,7 +55,8 @@ def free_ports(count):
     return ports
 
 
-def start_worker(records, config, out, ports, index):
+def start_worker(arguments, out, ports, index):
+    """`python -m kbert.cli ARGUMENTS --strategy multiworker` as worker `index`."""
     tf_config = {
         "cluster": {"worker": [f"localhost:{port}" for port in ports]},
         "task": {"type": "worker", "index": index},
@@ -67,13 +70,7 @@ def start_worker(records, config, out, ports, index):
         os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", TF_CONFIG=json.dumps(tf_config),
         TMPDIR=str(scratch),
     )
-    command = [
-        sys.executable, "-m", "kbert.cli", "pretrain", "--records", str(records),
-        "--config", str(config), "--steps", str(STEPS),
-        "--checkpoint-every", str(CHECKPOINT_EVERY), "--batch-size", "8", "--seq-len", "32",
-        "--lr", "1e-2", "--deterministic", "--seed", "7", "--strategy", "multiworker",
-        "--dtype", "float32", "--out", str(out),
-    ]
+    command = [sys.executable, "-m", "kbert.cli", *arguments, "--strategy", "multiworker", "--out", str(out)]
     return subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -81,7 +78,12 @@ def start_worker(records, config, out, ports, index):
 
 def start_cluster(records, config, out, ports=None):
     ports = ports or free_ports(2)
-    return [start_worker(records, config, out, ports, index) for index in range(2)]
+    arguments = [
+        "pretrain", "--records", str(records), "--config", str(config), "--steps", str(STEPS),
+        "--checkpoint-every", str(CHECKPOINT_EVERY), "--batch-size", "8", "--seq-len", "32",
+        "--lr", "1e-2", "--deterministic", "--seed", "7", "--dtype", "float32",
+    ]
+    return [start_worker(arguments, out, ports, index) for index in range(2)]
 
 
 def finish(workers, timeout=WORKER_TIMEOUT_S):
@@ -168,6 +170,29 @@ def test_two_workers_agree_and_resume_after_sigkill(records, tmp_path):
     assert sorted(actual) == sorted(expected) and any("optimizer" in name for name in actual)
     for name, value in expected.items():
         np.testing.assert_array_equal(actual[name], value, err_msg=name)
+
+
+@pytest.mark.slow
+def test_two_workers_fine_tune_from_the_adapted_encoder(tiny, tmp_path):
+    """`kbert finetune --adapt-steps N --strategy multiworker`: every worker loads the
+    encoder the chief wrote once it is whole (an all-reduce after the chief's write)."""
+    pairs, out = str(tiny / "pairs.tsv"), tmp_path / "m"
+    arguments = [
+        "finetune", "--task", "text-pair-classification", "--train", pairs, "--dev", pairs,
+        "--init", str(tiny / "bert"), "--batch-size", "4", "--seq-len", "32", "--epochs", "1",
+        "--dtype", "float32", "--adapt-steps", "4",
+    ]
+    ports = free_ports(2)
+    outputs, results = finish([start_worker(arguments, out, ports, index) for index in range(2)])
+    assert all("adaptation: 4 masked-LM steps of 4" in output for output in outputs)
+    # Both workers trained the same replicated weights; only their clocks differ.
+    untimed = [{key: {k: v for k, v in r[key].items() if k != "train_seconds"} for key in ("dev", "adaptation")}
+               for r in results]
+    assert untimed[0] == untimed[1] and untimed[0]["adaptation"]["steps"] == 4
+    with open(out / "kbert.json") as f:
+        assert json.load(f)["training"]["adapt_steps"] == 4
+    # The chief wrote the model; the resume folder, the adaptation in it, is gone.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m", "m-tmp"]
 
 
 def test_bad_strategy_is_a_one_line_error(records, tmp_path, capsys, monkeypatch):

@@ -212,6 +212,20 @@ def chief_folder(folder, strategy=None):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def wait_for_workers(strategy=None):
+    """Returns once every worker of a MultiWorkerMirroredStrategy cluster has
+    called it (one all-reduce of a number), at once with any other strategy.
+
+    Called after the chief writes files that every worker then reads (an
+    adapted encoder fine-tuning loads), it keeps the others from reading
+    them before they are whole: the chief arrives only when it has written.
+    """
+    import tensorflow as tf
+
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)
+
+
 def _is_multi_replica(strategy):
     import tensorflow as tf
 

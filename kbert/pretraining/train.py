@@ -35,6 +35,7 @@ from kbert.fitting.distribute import (
     is_chief,
     is_xla_compiled,
     log_batch_sizes,
+    wait_for_workers,
 )
 from kbert.fitting.optimizers import make_optimizer
 
@@ -230,8 +231,9 @@ def pretrain(
             "multiworker"); the model is built and compiled in its scope, with
             XLA per replica, and `batch_size` is global. With several workers
             every worker runs this same call on the same `out` (shared
-            storage): only the chief writes it; a killed cluster restarted
-            with the same calls resumes from `backup/`.
+            storage): only the chief writes it, and the call returns on every
+            worker once it has; a killed cluster restarted with the same calls
+            resumes from `backup/`.
 
     Returns:
         The dict written to `history.json`; its "weights_sha256" lets the
@@ -332,6 +334,7 @@ def pretrain(
         _write_outputs(out_folder, model, config, vocabulary, lowercase, history)
     if is_chief(strategy):
         shutil.rmtree(backup_dir, ignore_errors=True)
+    wait_for_workers(strategy)  # `out` is whole for every worker to read
     return history
 
 
