@@ -207,6 +207,9 @@ class TaskModel(keras.Model):
             **kwargs: `keras.Model.fit`'s (callbacks, verbose...).
 
         A model not compiled yet is compiled with the task's recipe (`compile()`).
+        The recipe's adaptation (masked-LM steps on the training texts before
+        fine-tuning; `Recipe.adapt_steps`, pair classification's) is left out:
+        `kbert.finetune` runs it.
         """
         if not self.task.trainable:
             raise ValueError(
