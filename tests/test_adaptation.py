@@ -138,3 +138,34 @@ def test_finetune_command_adapts_and_says_so(tiny, tmp_path, capsys):
     assert main(argv) == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert printed["adaptation"]["steps"] == 2 and set(printed["dev"]) >= {"accuracy", "f1"}
+
+
+def test_task_model_adapts_as_finetune_does(tiny, tmp_path):
+    """`TaskModel.adapt` then `fit`: the encoder `kbert finetune`'s adaptation gives for
+    the same seed, the head untouched, and the run kept in `folder`."""
+    import kbert
+
+    pairs, bert = str(tiny / "pairs.tsv"), str(tiny / "bert")
+    spy = _StartingEmbeddings(str(tmp_path / ".kbert-resume-m" / "adaptation" / "encoder"))
+    finetune(pairs, pairs, bert, str(tmp_path / "m"), adapt_steps=4, seed=3, callbacks=[spy], **TINY)
+    examples = TASKS[PAIRS].read(pairs)
+    x = ([e.texts[0] for e in examples], [e.texts[1] for e in examples])
+    model = kbert.TaskModel.from_checkpoint(bert, task=PAIRS, labels=["0", "1"], sequence_length=32)
+    head = [w.copy() for w in model.network.get_layer("head").get_weights()]
+    figures = model.adapt(x, steps=4, batch_size=4, folder=str(tmp_path / "adapted"), seed=3, verbose=0)
+    assert figures["steps"] == 4 and np.isfinite(figures["masked_lm_loss"])
+    np.testing.assert_allclose(_token_embeddings(model.network), spy.start, rtol=0, atol=1e-6)
+    for before, after in zip(head, model.network.get_layer("head").get_weights()):
+        np.testing.assert_array_equal(before, after)
+    assert (tmp_path / "adapted" / "encoder" / "model.safetensors").is_file()
+    model.fit(x, [e.target for e in examples], batch_size=4, epochs=1, verbose=0)
+
+
+def test_task_model_adapts_only_with_steps(tiny):
+    import kbert
+
+    model = kbert.TaskModel.from_checkpoint(str(tiny / "bert"), labels=["a", "b"], sequence_length=32)
+    with pytest.raises(ValueError, match=r"^steps=0 \(the recipe's\); expected a positive number of masked-LM steps$"):
+        model.adapt(["a text"])
+    with pytest.raises(ValueError, match=r"^steps=-2; expected a positive number"):
+        model.adapt(["a text"], steps=-2)

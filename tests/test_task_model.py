@@ -242,7 +242,8 @@ def test_sentence_embeddings_are_the_cli_s(tiny, tmp_path):
     assert np.abs(cls.predict(TEXTS) - by_cls.embed(TEXTS)).max() <= 1e-6
     model.save(tmp_path / "embedder.keras")
     assert np.abs(keras.saving.load_model(tmp_path / "embedder.keras").predict(TEXTS) - vectors).max() <= 1e-6
-    one_line_error("needs no training", model.fit, TEXTS, [0.0] * len(TEXTS))
+    one_line_error("needs no training; TaskModel.fit refuses it", model.fit, TEXTS, [0.0] * len(TEXTS))
+    one_line_error("needs no training; TaskModel.adapt refuses it", model.adapt, TEXTS, steps=2)
     one_line_error("has no model folder", model.save_folder, str(tmp_path / "folder"))
 
 

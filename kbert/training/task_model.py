@@ -7,7 +7,9 @@ Python values into its examples (`Task.examples_from_inputs`); `fit`
 batches them the way `kbert finetune` does (`kbert.training.batching`: its
 packing, windows, shuffles and length buckets), and `compile()` with no
 optimizer gives the task's recipe: AdamW on BERT's schedule, sized from the
-data when `fit` knows it. As keras-hub's tasks, a model not compiled yet is
+data when `fit` knows it; `adapt` runs the recipe's masked-LM steps on the
+training texts first (task-adaptive pretraining, as `kbert finetune` does
+for pair classification). As keras-hub's tasks, a model not compiled yet is
 compiled so by `fit` and `evaluate`. `save("x.keras")` keeps everything, and
 `keras.saving.load_model` gives back a model that reads raw inputs;
 `save_folder` writes a kbert model folder for `kbert evaluate`, `predict`
@@ -42,6 +44,8 @@ Example:
 
 The README's Python section has an example for each task.
 """
+
+import os
 
 import keras
 
@@ -207,15 +211,9 @@ class TaskModel(keras.Model):
             **kwargs: `keras.Model.fit`'s (callbacks, verbose...).
 
         A model not compiled yet is compiled with the task's recipe (`compile()`).
-        The recipe's adaptation (masked-LM steps on the training texts before
-        fine-tuning; `Recipe.adapt_steps`, pair classification's) is left out:
-        `kbert.finetune` runs it.
+        The recipe's adaptation (pair classification's) is `adapt`, called first.
         """
-        if not self.task.trainable:
-            raise ValueError(
-                f"task {self.task_name!r} needs no training; TaskModel.fit refuses it "
-                "(predict gives its outputs as the checkpoint computes them)"
-            )
+        self._check_trainable("fit")
         if not self.compiled:
             self.compile()
         recipe = self.task.recipe.override(batch_size=batch_size, epochs=epochs)
@@ -249,6 +247,67 @@ class TaskModel(keras.Model):
             outputs = self.task.run(self.network, encoded.features, recipe.batch_size)
             self.task.tune(validation, self.task.decode(validation, encoded, outputs))
         return history
+
+    def adapt(self, x, steps=None, batch_size=None, folder=None, seed=0, verbose="auto"):
+        """Task-adaptive pretraining, before `fit`: masked-LM steps on the texts of
+        `x`, as `kbert finetune` runs them first (`kbert.pretraining.adapt`).
+
+        Args:
+            x: the task's inputs, as `fit` takes them (no targets).
+            steps, batch_size: default the task's recipe's (600 steps for
+                text-pair-classification).
+            folder: str or None. Where the run is kept (`kbert pretrain`'s
+                folder; the adapted encoder in `encoder/`): new, or one an
+                earlier call left, killed (resumed from its last 100 steps)
+                or complete (read back). None: a temporary folder.
+            seed: the masks' and the new masked-LM head's; Keras's global
+                seed is set to it (`keras.utils.set_random_seed`).
+            verbose: `fit`'s verbosity.
+
+        The encoder's weights are replaced by the adapted ones; the task's
+        head is left as it is. The masked-LM head starts anew, as it does
+        from a checkpoint without one (all-MiniLM-L6-v2).
+
+        Returns:
+            dict. Steps, the last masked-LM loss and accuracy, the training time.
+        """
+        import tempfile
+
+        from kbert.checkpoints.huggingface import load_hf_weights, save_hf_checkpoint
+        from kbert.config import BertConfig
+        from kbert.pretraining.adapt import adapt, adaptation_text
+
+        self._check_trainable("adapt")
+        recipe = self.task.recipe.override(batch_size=batch_size, adapt_steps=steps)
+        if not isinstance(recipe.adapt_steps, int) or recipe.adapt_steps < 1:
+            raise ValueError(
+                f"steps={recipe.adapt_steps!r}" + (" (the recipe's)" if steps is None else "")
+                + "; expected a positive number of masked-LM steps"
+            )
+        tokenizer, length = self.preprocessor.tokenizer, self.task.sequence_length
+        texts, sequences = adaptation_text(
+            self.task.texts(self.examples(x)), tokenizer.vocabulary, length, tokenizer.lowercase
+        )
+        config = BertConfig.from_dict(self.bert_config)
+        encoder = self.network.get_layer("bert_encoder")
+        # Adaptation goes on from a checkpoint folder: the encoder, as it is now, written as one.
+        with tempfile.TemporaryDirectory(prefix="kbert-adapt-") as scratch:
+            start = os.path.join(scratch, "encoder")
+            save_hf_checkpoint(encoder, config, tokenizer.vocabulary, start, lowercase=tokenizer.lowercase)
+            adapted, figures = adapt(
+                texts, sequences, folder or os.path.join(scratch, "run"), start, tokenizer.vocabulary,
+                tokenizer.lowercase, recipe.adapt_steps, recipe.batch_size, length, seed=seed,
+                dtype=self.network.dtype_policy.name, verbose=verbose,
+            )
+            load_hf_weights(encoder, config, os.path.join(adapted, "model.safetensors"))
+        return figures
+
+    def _check_trainable(self, method):
+        if not self.task.trainable:
+            raise ValueError(
+                f"task {self.task_name!r} needs no training; TaskModel.{method} refuses it "
+                "(predict gives its outputs as the checkpoint computes them)"
+            )
 
     def _restored_epoch(self, callbacks):
         """The epoch a `keras.callbacks.BackupAndRestore` among `callbacks` resumes at
