@@ -173,3 +173,18 @@ def test_task_model_adapts_only_with_steps(tiny):
         model.adapt(["a text"])
     with pytest.raises(ValueError, match=r"^steps=-2; expected a positive number"):
         model.adapt(["a text"], steps=-2)
+
+
+def test_task_model_adapt_refuses_a_folder_it_did_not_write(tiny, tmp_path):
+    import kbert
+
+    pairs = TASKS[PAIRS].read(str(tiny / "pairs.tsv"))
+    x = ([e.texts[0] for e in pairs], [e.texts[1] for e in pairs])
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    model = kbert.TaskModel.from_checkpoint(str(tiny / "bert"), task=PAIRS, labels=["0", "1"], sequence_length=32)
+    with pytest.raises(ValueError, match=r" exists and is not empty; choose a new folder$") as error:
+        model.adapt(x, steps=2, batch_size=4, folder=str(tmp_path / "mine"), verbose=0)
+    assert str(tmp_path / "mine") in str(error.value) and "\n" not in str(error.value)
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
