@@ -154,11 +154,11 @@ def test_task_model_adapts_as_finetune_does(tiny, tmp_path):
     head = [w.copy() for w in model.network.get_layer("head").get_weights()]
     figures = model.adapt(x, steps=4, batch_size=4, folder=str(tmp_path / "adapted"), seed=3, verbose=0)
     assert figures["steps"] == 4 and np.isfinite(figures["masked_lm_loss"])
-    # Alone, the two give the same values to the bit; within the whole suite they have
-    # differed by up to 3.2e-5 (in 11% of them). Another seed moves them by 8.6e-5 on
-    # average and up to 4.7e-4, as far as the 4 steps move them from the checkpoint.
+    # Alone, the two give the same values to the bit; after the file's other tests they have
+    # differed by up to 1.9e-4 in a few values (mean 3.4e-6). Another seed moves every row:
+    # 25-50% of the values by more than 1e-4, 8.4e-5 to 1.1e-4 on average.
     difference = np.abs(_token_embeddings(model.network) - spy.start)
-    assert difference.max() <= 1e-4 and difference.mean() <= 2e-5, (difference.max(), difference.mean())
+    assert (difference > 1e-4).mean() <= 0.01 and difference.mean() <= 2e-5, (difference.max(), difference.mean())
     for before, after in zip(head, model.network.get_layer("head").get_weights()):
         np.testing.assert_array_equal(before, after)
     assert (tmp_path / "adapted" / "encoder" / "model.safetensors").is_file()
