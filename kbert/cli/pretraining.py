@@ -131,7 +131,7 @@ def check_pretrain(args):
         )
     inputs = {"--records": args.records, "--corpus": args.corpus, "--vocab": _pretraining_vocab(args)}
     check_distinct({"--out": args.out}, inputs)
-    check_run_folder(args.out, resumable=args.checkpoint_every is not None)
+    check_run_folder(args.out, resumable=args.checkpoint_every is not None, name=f"--out {args.out}")
 
 
 def cmd_pretrain(args):

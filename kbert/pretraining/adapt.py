@@ -26,7 +26,7 @@ CHECKPOINT_EVERY = 100
 
 
 def adapt(texts, sequences, folder, init, vocabulary, lowercase, steps, batch_size, sequence_length, seed=0,
-          dtype=None, jit_compile=False, strategy="auto", verbose="auto", log=print):
+          dtype=None, jit_compile=False, strategy="auto", verbose="auto", log=print, init_name=None):
     """Pretrains `init` with masked LM on `texts` for `steps` steps into `folder`.
 
     Args:
@@ -40,7 +40,7 @@ def adapt(texts, sequences, folder, init, vocabulary, lowercase, steps, batch_si
         init, vocabulary, lowercase: the checkpoint (or preset) fine-tuning
             starts from, and the vocabulary and casing it reads text with.
         steps, batch_size, sequence_length, seed, dtype, jit_compile, strategy,
-            verbose: as for `pretrain`.
+            verbose, init_name: as for `pretrain`.
         log: callable taking a str, for progress lines.
 
     Returns:
@@ -67,6 +67,7 @@ def adapt(texts, sequences, folder, init, vocabulary, lowercase, steps, batch_si
         data, folder, vocabulary, init=init, batch_size=batch_size, num_train_steps=steps,
         learning_rate=LEARNING_RATE, optimizer="adamw", lowercase=lowercase, jit_compile=jit_compile,
         dtype=dtype, seed=seed, checkpoint_every=min(CHECKPOINT_EVERY, steps), strategy=strategy, verbose=verbose,
+        init_name=init_name,
     )
     return encoder, _figures(history)
 

@@ -15,7 +15,8 @@ LOGS_FOLDER = "logs"
 BACKUP_FOLDER = "backup"
 
 
-def check_run_folder(out, resumable):
+def check_run_folder(out, resumable, name):
     """Refuses an `out` that is a file or holds anything, but what a killed run
-    leaves (`logs/`, `backup/`) when it is `resumable` (checkpointing)."""
-    check_new_folder(out, (LOGS_FOLDER, BACKUP_FOLDER) if resumable else (), name=f"--out {out}")
+    leaves (`logs/`, `backup/`) when it is `resumable` (checkpointing); `name`
+    is how messages name it (`--out PATH`)."""
+    check_new_folder(out, (LOGS_FOLDER, BACKUP_FOLDER) if resumable else (), name=name)

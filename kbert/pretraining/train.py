@@ -129,8 +129,9 @@ class _WindowLogger(keras.callbacks.Callback):
         self.windows.append(window)
 
 
-def _build_model(init, vocabulary, dtype):
-    """(config, pretrainer, lowercase or None) from a preset, a config or a checkpoint."""
+def _build_model(init, vocabulary, dtype, name):
+    """(config, pretrainer, lowercase or None) from a preset, a config or a checkpoint
+    (`name` in messages)."""
     if isinstance(init, BertConfig) or init in PRESETS:
         config = init if isinstance(init, BertConfig) else PRESETS[init]
         config = config.replace(vocab_size=len(vocabulary))
@@ -144,11 +145,11 @@ def _build_model(init, vocabulary, dtype):
         heads = has_masked_lm(folder)
         checkpoint = load_hf_checkpoint(folder, dtype=dtype, heads=heads)
         built = () if heads else ("cls.predictions", "cls.seq_relationship")
-        warn_fresh(checkpoint, init, "pretraining", built=built)
+        warn_fresh(checkpoint, name, "pretraining", built=built)
         pretrainer = checkpoint.pretrainer or bert_pretrainer(checkpoint.encoder, dtype=dtype)
     if checkpoint.vocabulary != list(vocabulary):
         raise ValueError(
-            f"the vocabulary of {init!r} differs from the one of the training data; "
+            f"the vocabulary of {name} differs from the one of the training data; "
             "continued pretraining needs records made with the checkpoint's vocab.txt"
         )
     return checkpoint.config, pretrainer, checkpoint.lowercase
@@ -182,6 +183,7 @@ def pretrain(
     deterministic=False,
     strategy="auto",
     verbose="auto",
+    init_name=None,
 ):
     """Pretrains BERT with masked LM and next-sentence prediction; writes `out`.
 
@@ -235,6 +237,9 @@ def pretrain(
             worker once it has; a killed cluster restarted with the same calls
             resumes from `backup/`.
 
+        init_name: str or None. How `history.json` and messages name `init`
+            (default: `init`, or "BertConfig").
+
     Returns:
         The dict written to `history.json`; its "weights_sha256" lets the
         workers of a cluster check that they ended with the same weights.
@@ -250,7 +255,9 @@ def pretrain(
         num_warmup_steps = int(DEFAULT_WARMUP_FRACTION * num_train_steps)
     # What a killed run leaves: rerunning resumes it (or restarts it, killed
     # before its first checkpoint).
-    check_run_folder(out, resumable=checkpoint_every is not None)
+    check_run_folder(out, resumable=checkpoint_every is not None, name=f"out={out!r}")
+    if init_name is None:
+        init_name = init if isinstance(init, str) else "BertConfig"
     backup_dir = os.path.join(out, BACKUP_FOLDER)
     if isinstance(vocabulary, (str, os.PathLike)):
         vocabulary = load_vocab(vocabulary)
@@ -273,7 +280,7 @@ def pretrain(
     global_batch_size = features["token_ids"].shape[0] or batch_size
     log_batch_sizes(strategy, global_batch_size)
     with strategy.scope():
-        config, model, checkpoint_lowercase = _build_model(init, vocabulary, dtype)
+        config, model, checkpoint_lowercase = _build_model(init, vocabulary, dtype, init_name)
         optimizer_instance = make_optimizer(
             optimizer,
             learning_rate,
@@ -305,7 +312,7 @@ def pretrain(
                      backup, verbose)
         train_seconds = time.perf_counter() - start
         settings = {
-            "init": init if isinstance(init, str) else "BertConfig",
+            "init": init_name,
             "bert_config": config.to_dict(),
             "optimizer": optimizer,
             "learning_rate": learning_rate,

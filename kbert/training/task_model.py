@@ -276,8 +276,11 @@ class TaskModel(keras.Model):
         from kbert.checkpoints.huggingface import load_hf_weights, save_hf_checkpoint
         from kbert.config import BertConfig
         from kbert.pretraining.adapt import adapt, adaptation_text
+        from kbert.pretraining.run_folder import HISTORY_FILE, check_run_folder
 
         self._check_trainable("adapt")
+        if folder is not None and not os.path.isfile(os.path.join(folder, HISTORY_FILE)):
+            check_run_folder(folder, resumable=True, name=f"folder={folder!r}")
         recipe = self.task.recipe.override(batch_size=batch_size, adapt_steps=steps)
         if not isinstance(recipe.adapt_steps, int) or recipe.adapt_steps < 1:
             raise ValueError(
@@ -297,7 +300,7 @@ class TaskModel(keras.Model):
             adapted, figures = adapt(
                 texts, sequences, folder or os.path.join(scratch, "run"), start, tokenizer.vocabulary,
                 tokenizer.lowercase, recipe.adapt_steps, recipe.batch_size, length, seed=seed,
-                dtype=self.network.dtype_policy.name, verbose=verbose,
+                dtype=self.network.dtype_policy.name, verbose=verbose, init_name="the TaskModel's encoder",
             )
             load_hf_weights(encoder, config, os.path.join(adapted, "model.safetensors"))
         return figures
