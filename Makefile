@@ -74,12 +74,14 @@ bench-gpu:
 # (docs/benchmarks.md, "Text pairs"); the same split of work as bench-gpu:
 # `recipes-gpu-data` here (encoded data, MiniLM's weights, wheels),
 # `recipes-gpu` on the GPU machine. RECIPES_ARGS: e.g. --only mrpc, --plan follow-up.
+# Adaptation's lengths: RECIPES_DATA_ARGS=--adaptation, RECIPES_ARGS="--plan adaptation --seeds 0-7".
 RECIPES_DATA ?= runs/gpu-recipes
 RECIPES_OUT ?= runs/gpu-recipes-out
 RECIPES_ARGS ?=
+RECIPES_DATA_ARGS ?=
 
 recipes-gpu-data: $(STAMP)
-	$(PY) tools/benchmarks/recipe_data.py --out $(RECIPES_DATA) --wheels
+	$(PY) tools/benchmarks/recipe_data.py --out $(RECIPES_DATA) --wheels $(RECIPES_DATA_ARGS)
 
 recipes-gpu:
 	$(PYTHON) -c "import keras_hub" 2>/dev/null || $(PYTHON) -m pip install -q --no-index --no-deps \

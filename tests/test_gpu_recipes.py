@@ -1,5 +1,6 @@
 """tools/benchmarks/recipe_data.py and gpu_recipes.py: the group split, the renumbered
-vocabulary, and the seed-vmapped trainer (kbert's optimizer and schedule, on JAX)."""
+vocabulary, adaptation's sequences and masks, and the seed-vmapped trainers (kbert's
+optimizer and schedule, on JAX)."""
 
 import json
 import os
@@ -54,6 +55,64 @@ print(json.dumps({
     "outputs_shape": list(outputs.shape),
     "seeds_differ": float(np.abs(outputs[0] - outputs[1]).max()),
     "accuracy": g.gpu_figures(outputs, labels, info),
+}))
+"""
+
+
+ADAPTER_CHECK = r"""
+import json, math, os, sys
+os.environ["KERAS_BACKEND"] = "jax"
+sys.modules["tensorflow"] = None  # the GPU image has none
+sys.path.insert(0, os.path.join(sys.argv[1], "tools", "benchmarks"))
+import jax, jax.numpy as jnp, keras, numpy as np
+import gpu_recipes as g
+from kbert.config import BertConfig
+
+# The masks: 2,000 rows of 128 pieces, ids 5..39 in the body.
+rng = np.random.default_rng(0)
+ids = rng.integers(5, 40, (2000, 128)).astype("int32")
+ids[:, 0], ids[:, -1] = 2, 3
+masked, positions, labels = (np.asarray(a) for a in g.mask_batch(jax.random.PRNGKey(0), jnp.asarray(ids), 40, 4))
+rows = np.arange(len(ids))[:, None]
+outside = np.ones_like(ids, bool)
+outside[rows, positions] = False
+chosen_ids = masked[rows, positions]
+masks = {
+    "predictions": list(positions.shape),
+    "distinct": all(len(set(row)) == len(row) for row in positions.tolist()),
+    "in_body": bool(positions.min() >= 1 and positions.max() <= 126),
+    "labels_are_the_ids": bool((labels == ids[rows, positions]).all()),
+    "rest_unchanged": bool((masked[outside] == ids[outside]).all()),
+    "mask_share": float((chosen_ids == 4).mean()),
+    "kept_share": float((chosen_ids == labels).mean()),
+    "positions_spread": float(np.bincount(positions.reshape(-1), minlength=128)[1:127].std()
+                              / np.bincount(positions.reshape(-1), minlength=128)[1:127].mean()),
+}
+
+# A tiny BERT adapts: every row repeats one 6-piece phrase, so a masked piece is known from its neighbours.
+config = BertConfig.from_preset("bert_tiny", vocab_size=40)
+weights = {"weight." + v.path: v.numpy() for v in g.bert_encoder(config).weights}
+phrases = rng.integers(5, 40, (8, 6))
+sequences = np.stack([np.concatenate([[2], np.tile(phrases[i % 8], 3)[:16], [3]]) for i in range(64)]).astype("int32")
+seeds = (0, 1)
+adapter = g.Adapter(config, weights, "float32", seeds, 40, 4)
+_, early = adapter.run(jnp.asarray(sequences), 20, seeds, chunk=20)
+encoders, late = adapter.run(jnp.asarray(sequences), 300, seeds, chunk=100)
+info = {"task": "text-classification", "settings": {"labels": ["a", "b"]}}
+model, state = g.initial_state("kbert", info, config, weights, "float32", seeds, encoders)
+paths = [v.path for v in model.trainable_variables]
+embedding = next(p for p in encoders if p.endswith("token_embedding/embeddings"))
+plain = g.initial_state("kbert", info, config, weights, "float32", seeds)[1]
+head = [i for i, p in enumerate(paths) if p not in encoders]
+index = g.adaptation_rows(64, 10, seeds)
+print(json.dumps({
+    "masks": masks, "early": early, "late": late,
+    "encoder_weights": len(encoders), "encoder_variables": len(g.bert_encoder(config).trainable_variables),
+    "placed": bool(np.array_equal(np.asarray(state[0][paths.index(embedding)]), np.asarray(encoders[embedding]))),
+    "moved": float(np.abs(np.asarray(encoders[embedding][0]) - weights["weight." + embedding]).max()),
+    "seeds_differ": float(np.abs(np.asarray(encoders[embedding][0]) - np.asarray(encoders[embedding][1])).max()),
+    "heads_as_without": all(np.array_equal(np.asarray(state[0][i]), np.asarray(plain[0][i])) for i in head),
+    "rows_each_pass": all(sorted(index[:2, s].reshape(-1).tolist()) == list(range(64)) for s in range(2)),
 }))
 """
 
@@ -122,3 +181,52 @@ def test_group_split_is_the_same_in_every_process(tmp_path):
                        check=True, env={**os.environ, "PYTHONHASHSEED": hash_seed})
         held.append((out / "dev.csv").read_bytes())
     assert held[0] == held[1]
+
+
+def test_adaptation_masks_as_tf_text_and_adapts_per_seed():
+    """gpu_recipes's adaptation: BERT's masks, as many a row as kbert's pipeline draws,
+    and a masked LM per seed that learns, its encoder then fine-tuned with the usual head."""
+    result = subprocess.run([sys.executable, "-c", ADAPTER_CHECK, ROOT], capture_output=True, text=True,
+                            timeout=900, env={**os.environ, "KERAS_BACKEND": "jax"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    masks = report["masks"]
+    # ceil(0.15 x 126) = 19 distinct body positions a row, as RandomItemSelector takes them.
+    assert masks["predictions"] == [2000, 19] and masks["distinct"] and masks["in_body"]
+    assert masks["labels_are_the_ids"] and masks["rest_unchanged"]
+    # 38,000 positions: 80% [MASK]; 10% kept, plus the random tenth's 1 in 40 draws of the same id.
+    assert abs(masks["mask_share"] - 0.8) < 0.01, masks
+    assert abs(masks["kept_share"] - (0.1 + 0.1 / 40)) < 0.01, masks
+    assert masks["positions_spread"] < 0.1, masks
+    early, late = report["early"], report["late"]
+    assert all(b < a - 1.0 for a, b in zip(early["masked_lm_loss"], late["masked_lm_loss"])), (early, late)
+    # Chance is 1 in 35 body ids; 300 steps at adaptation's 1e-4 reach 35-38%.
+    assert all(accuracy > 0.2 for accuracy in late["masked_lm_accuracy"]), late
+    assert report["encoder_weights"] == report["encoder_variables"]
+    assert report["placed"] and report["moved"] > 1e-3 and report["seeds_differ"] > 1e-4
+    assert report["heads_as_without"] and report["rows_each_pass"]
+
+
+def test_adaptation_sequences_are_the_pipelines_packing(tmp_path):
+    """recipe_data's adaptation rows: the distinct training texts' pieces in order, cut
+    into [CLS] + 126 + [SEP], the remainder dropped, as `kbert finetune` adapts on them."""
+    from kbert.tasks import get_task
+    from kbert.text import WordPieceTokenizer
+    from tests.task_harness import minilm_vocabulary
+
+    data = load_tool("recipe_data")
+    words = "the quick brown fox jumps over lazy dogs near riverbanks while accordions play".split()
+    rng = np.random.default_rng(0)
+    pairs = [(" ".join(rng.choice(words, 12)), " ".join(rng.choice(words, 9))) for _ in range(40)]
+    pairs.append(pairs[0])  # a repeated pair is read once
+    train = tmp_path / "train.tsv"
+    train.write_text("sentence1\tsentence2\tlabel\n" + "".join(f"{a}\t{b}\t{i % 2}\n" for i, (a, b) in enumerate(pairs)))
+    tokenizer = WordPieceTokenizer(list(minilm_vocabulary()), lowercase=True)
+    rows = data.adaptation_sequences(get_task("text-pair-classification"), tokenizer, str(train), str(train))
+    texts = list(dict.fromkeys(text for pair in pairs for text in pair))
+    pieces = [int(i) for text in texts for i in tokenizer(text).numpy()]
+    body = data.SEQUENCE_LENGTH - 2
+    expected = [[tokenizer.cls_id, *pieces[i:i + body], tokenizer.sep_id]
+                for i in range(0, len(pieces) // body * body, body)]
+    assert len(expected) >= 3
+    assert rows.tolist() == expected

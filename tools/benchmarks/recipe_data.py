@@ -20,7 +20,13 @@ with the whole table. The weights travel as float16 (a relative rounding of
 at most 2**-12, under the 2**-9 of the bfloat16 the sweep computes in), so
 that data, weights and wheels fit one device call (64 MiB).
 
+With `--adaptation`, MRPC's training text also travels as the sequences
+`kbert finetune`'s adaptation masks (`adaptation_sequences`), for
+`gpu_recipes.py --plan adaptation`; the whole vocabulary is kept then, since
+the masked LM predicts over all of it.
+
     python tools/benchmarks/recipe_data.py --out runs/gpu-recipes --wheels
+    python tools/benchmarks/recipe_data.py --out runs/gpu-adapt --adaptation --wheels
 """
 
 import argparse
@@ -48,6 +54,8 @@ SHINGLE_WORDS = 12
 # keras-hub 0.32 and the packages it imports that the GPU image lacks (its
 # TensorFlow-only needs stay behind: the models import without them).
 KERAS_HUB_WHEELS = ("keras-hub==0.32.0",)
+# The tasks whose recipe adapts first (`--adaptation`): text-pair classification's.
+ADAPTED = ("mrpc",)
 # Each task: (task name, train file, dev file, keras-hub's peer runs it).
 TASKS = {
     "debian": ("text-classification", "debian-packages/train.csv", "debian-packages/dev.csv", True),
@@ -126,6 +134,31 @@ def kbert_arrays(task_class, tokenizer, train_path, dev_path):
     return arrays, settings
 
 
+def adaptation_sequences(task_class, tokenizer, train_path, dev_path):
+    """`(sequences, SEQUENCE_LENGTH)` ids: the training texts as `kbert finetune`
+    adapts on them (`adaptation_text`), cut into `[CLS] body [SEP]` rows by
+    `make_dynamic_masking_dataset` itself, in order, and read back unmasked
+    (each masked position holds its label again)."""
+    from kbert.pretraining.adapt import adaptation_text
+    from kbert.pretraining.dynamic_masking import make_dynamic_masking_dataset
+
+    options, train, _, settings = task_class.read_training(train_path, dev_path)
+    task = task_class(tokenizer, SEQUENCE_LENGTH, **settings)
+    task.use_options(options)
+    texts, count = adaptation_text(task.texts(train), tokenizer.vocabulary, SEQUENCE_LENGTH, tokenizer.lowercase)
+    data = make_dynamic_masking_dataset(texts, tokenizer.vocabulary, 1, SEQUENCE_LENGTH, SEQUENCE_LENGTH - 2,
+                                        lowercase=tokenizer.lowercase, shuffle_buffer=0, repeat=False)
+    rows = []
+    for features, labels, weights in data.as_numpy_iterator():
+        ids = features["token_ids"][0].copy()
+        real = weights["masked_lm"][0] > 0
+        ids[features["masked_lm_positions"][0][real]] = labels["masked_lm"][0][real]
+        rows.append(ids)
+    if len(rows) != count:
+        raise RuntimeError(f"the pipeline cut {len(rows)} sequences where count_sequences says {count}")
+    return np.stack(rows).astype(np.int32)
+
+
 def keras_hub_arrays(task_class, vocabulary, lowercase, train_path, dev_path):
     import keras_hub
     import tensorflow as tf
@@ -148,9 +181,10 @@ def keras_hub_arrays(task_class, vocabulary, lowercase, train_path, dev_path):
     return arrays
 
 
-def compact_vocabulary(arrays, specials):
-    """Renumbers every `*.token_ids` array to the pieces used; returns the kept old ids."""
-    used = set(specials)
+def compact_vocabulary(arrays, specials, size=None):
+    """Renumbers every `*.token_ids` array to the pieces used; returns the kept old ids.
+    With the vocabulary's `size`, every id is kept (the arrays only change dtype)."""
+    used = set(specials) | set(range(size or 0))
     for name, value in arrays.items():
         if name.endswith("token_ids"):
             used.update(np.unique(value).tolist())
@@ -171,6 +205,8 @@ def main():
                         help="folder holding debian-packages/, glue-mrpc/, glue-stsb/")
     parser.add_argument("--out", default="runs/gpu-recipes", help="folder the GPU run carries")
     parser.add_argument("--wheels", action="store_true", help="also download wheels to OUT/wheels")
+    parser.add_argument("--adaptation", action="store_true",
+                        help="also MRPC's adaptation sequences, and the whole vocabulary (gpu_recipes.py --plan adaptation)")
     args = parser.parse_args()
     from kbert.checkpoints import load_hf_checkpoint
     from kbert.tasks import get_task
@@ -199,10 +235,14 @@ def main():
         manifest["tasks"][key] = {"task": task_name, "settings": settings, "keras_hub": peer,
                                   "train": len(encoded["train.targets"]),
                                   "dev": len(encoded["dev.targets"]), "dev_file": dev}
+        if args.adaptation and key in ADAPTED:
+            arrays[f"{key}.kbert.adapt.sequences.token_ids"] = adaptation_sequences(task_class, tokenizer, train, dev)
+            manifest["tasks"][key]["adaptation"] = {
+                "sequences": len(arrays[f"{key}.kbert.adapt.sequences.token_ids"]), "mask_id": tokenizer.mask_id}
         print(json.dumps({key: manifest["tasks"][key]["train"]}), flush=True)
 
     specials = [tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id]
-    kept = compact_vocabulary(arrays, specials)
+    kept = compact_vocabulary(arrays, specials, len(checkpoint.vocabulary) if args.adaptation else None)
     config = checkpoint.config.to_dict()
     config["vocab_size"] = len(kept)
     manifest["bert_config"] = config

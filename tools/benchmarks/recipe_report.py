@@ -1,6 +1,7 @@
 """Scores a `gpu_recipes.py` sweep with each task's own `evaluate`, and picks recipes.
 
-For every candidate (data, implementation, epochs, learning rate) it gives the
+For every candidate (data, implementation, epochs, learning rate, and the
+adaptation steps before them in `--plan adaptation`) it gives the
 mean and standard error over seeds of the task's figures, and, seed by seed,
 the difference from the task's current default recipe (`Task.recipe`). A
 candidate replaces the default only when its paired gain on the ranking
@@ -27,6 +28,13 @@ RANKED_BY = {
     "text-pair-classification": ("accuracy", "f1"),
     "text-pair-regression": ("spearman",),
 }
+
+
+def run_name(run):
+    """A run's key in `gpu_recipes.py`'s predictions.npz: data|impl|epochs|rate,
+    then |adaptN for a run that adapted first."""
+    name = f"{run['data']}|{run['impl']}|{run['epochs']}|{run['learning_rate']:g}"
+    return name + (f"|adapt{run['adapt_steps']}" if "adapt_steps" in run else "")
 
 
 def mean_error(values):
@@ -72,12 +80,12 @@ def main():
     with np.load(os.path.join(args.sweep, "predictions.npz")) as predictions:
         for run in sweep["runs"]:
             key = run["data"]
-            name = f"{key}|{run['impl']}|{run['epochs']}|{run['learning_rate']:g}"
-            outputs = predictions[name]
+            outputs = predictions[run_name(run)]
             # A dry run scores its first rows only.
             dev = examples[key][: outputs.shape[1]]
             per_seed = [score(tasks[key], dev, seed_outputs) for seed_outputs in outputs]
             rows.append({**{k: run[k] for k in ("data", "impl", "task", "epochs", "learning_rate")},
+                         "adapt_steps": run.get("adapt_steps"),
                          "seconds": run["seconds"], "per_seed": per_seed,
                          "ranks": [rank_value(run["task"], figures) for figures in per_seed]})
     report = {"device": sweep["device"], "seeds": sweep["seeds"], "candidates": [], "chosen": {}}
@@ -94,14 +102,14 @@ def main():
                 continue
             recipe = get_task(mine[0]["task"]).recipe
             default = [r for r in mine if r["epochs"] == recipe.epochs
-                       and math.isclose(r["learning_rate"], recipe.learning_rate)]
+                       and math.isclose(r["learning_rate"], recipe.learning_rate)
+                       and r["adapt_steps"] in (None, recipe.adapt_steps)]
             best = max(mine, key=lambda r: statistics.fmean(r["ranks"]))
-            entry = {"best": [best["epochs"], best["learning_rate"]],
-                     "best_rank": round(statistics.fmean(best["ranks"]), 4)}
+            entry = {"best": candidate(best), "best_rank": round(statistics.fmean(best["ranks"]), 4)}
             if default and impl == "kbert":
                 gains = [b - d for b, d in zip(best["ranks"], default[0]["ranks"])]
                 gain, error = mean_error(gains)
-                entry.update(default=[recipe.epochs, recipe.learning_rate],
+                entry.update(default=candidate(default[0]),
                              paired_gain_over_default=[round(gain, 4), round(error, 4)],
                              beyond_error=bool(gain > GAIN_IN_ERRORS * error))
             report["chosen"][f"{key}|{impl}"] = entry
@@ -110,17 +118,25 @@ def main():
         print(markdown(report))
 
 
+def candidate(row):
+    """[epochs, learning rate], and the adaptation steps where the sweep adapted."""
+    return [row["epochs"], row["learning_rate"]] + ([] if row["adapt_steps"] is None else [row["adapt_steps"]])
+
+
 def markdown(report):
     lines = []
     for key in sorted({c["data"] for c in report["candidates"]}):
         candidates = [c for c in report["candidates"] if c["data"] == key]
         names = list(candidates[0]["figures"])
+        adapting = any(c["adapt_steps"] is not None for c in candidates)
         lines += ["", f"### {key}", "",
-                  "| implementation | epochs | learning rate | " + " | ".join(names) + " |",
-                  "| --- | --- | --- | " + " | ".join("---" for _ in names) + " |"]
-        for c in sorted(candidates, key=lambda c: (c["impl"], c["epochs"], c["learning_rate"])):
+                  "| implementation | epochs | learning rate | " + ("adaptation steps | " if adapting else "")
+                  + " | ".join(names) + " |",
+                  "| --- | --- | --- | " + ("--- | " if adapting else "") + " | ".join("---" for _ in names) + " |"]
+        for c in sorted(candidates, key=lambda c: (c["impl"], c["epochs"], c["learning_rate"], c["adapt_steps"] or 0)):
             cells = [f"{m:.4f} ± {e:.4f}" for m, e in c["figures"].values()]
-            lines.append(f"| {c['impl']} | {c['epochs']} | {c['learning_rate']:g} | " + " | ".join(cells) + " |")
+            lines.append(f"| {c['impl']} | {c['epochs']} | {c['learning_rate']:g} | "
+                         + (f"{c['adapt_steps'] or 0} | " if adapting else "") + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
