@@ -33,10 +33,9 @@ GPU-side figures too. Candidates run in `PLAN`'s order and stop when
     python tools/benchmarks/gpu_recipes.py --data runs/gpu-adapt --plan adaptation --seeds 0-7 --out $OUT
 """
 
-import math
-
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -119,11 +118,17 @@ def task_data(arrays, key, impl, rows=None, dev_rows=None):
     return split("train", rows), split("dev", dev_rows)
 
 
-def build(impl, info, config, weights, dtype):
-    """A fresh model of `impl` for the task `info`, the encoder holding MiniLM's weights."""
+def minilm_encoder(config, weights, dtype):
+    """A fresh encoder holding MiniLM's weights."""
     encoder = bert_encoder(config, dtype=dtype)
     for variable in encoder.weights:
         variable.assign(weights["weight." + variable.path])
+    return encoder
+
+
+def build(impl, info, config, weights, dtype):
+    """A fresh model of `impl` for the task `info`, the encoder holding MiniLM's weights."""
+    encoder = minilm_encoder(config, weights, dtype)
     settings = info["settings"]
     if impl == "keras-hub":
         import keras_hub
@@ -239,20 +244,10 @@ class Adapter:
 
     def __init__(self, config, weights, dtype, seeds, vocab_size, mask_id):
         self.vocab_size, self.mask_id = vocab_size, mask_id
-        per_seed = []
-        for seed in seeds:
-            keras.utils.set_random_seed(seed)
-            encoder = bert_encoder(config, dtype=dtype)
-            for variable in encoder.weights:
-                variable.assign(weights["weight." + variable.path])
-            model = bert_pretrainer(encoder, dtype=dtype)
-            optimizer, self.rate_index = optimizer_for(model)
-            per_seed.append([[v.value for v in variables] for variables in (
-                model.trainable_variables, model.non_trainable_variables, optimizer.variables)])
-        self.model, self.optimizer = model, optimizer
-        self.encoder_paths = {v.path for v in encoder.trainable_variables}
-        self.state0 = tuple([jnp.stack([s[part][i] for s in per_seed]) for i in range(len(per_seed[0][part]))]
-                            for part in range(3))
+        self.model, self.state0 = seed_states(
+            seeds, lambda: bert_pretrainer(minilm_encoder(config, weights, dtype), dtype=dtype))
+        self.optimizer, self.rate_index = optimizer_for(self.model)
+        self.encoder_paths = {v.path for v in self.model.encoder.trainable_variables}
         step = jax.vmap(self._step, in_axes=(0, 0, 0, None, 0, 0, None))
         self.chunk = jax.jit(lambda state, sequences, index, keys, rates: jax.lax.scan(
             lambda s, xs: self._scan_body(step, s, sequences, xs), state, (index, keys, rates)))
@@ -325,12 +320,25 @@ def initial_state(impl, info, config, weights, dtype, seeds, encoders=None):
     """Stacked (seeds first) trainable, non-trainable and optimizer values, and a template model.
 
     `encoders`: None, or each encoder weight's stacked per-seed values by path
-    (`Adapter.encoders`), which replace MiniLM's: fine-tuning from each seed's
-    adapted encoder, its head drawn as without adaptation."""
+    (what `Adapter.run` returns), which replace MiniLM's: fine-tuning from each
+    seed's adapted encoder, its head drawn as without adaptation."""
+    model, stacked = seed_states(seeds, lambda: build(impl, info, config, weights, dtype))
+    if encoders:
+        paths = [v.path for v in model.trainable_variables]
+        if set(encoders) - set(paths):
+            raise ValueError(f"adapted weights the model lacks: {sorted(set(encoders) - set(paths))[:3]}")
+        stacked[0][:] = [encoders.get(path, value).astype(value.dtype) for path, value in zip(paths, stacked[0])]
+    return model, stacked
+
+
+def seed_states(seeds, make_model):
+    """`(the first seed's model, stacked state)`: `make_model()` under each seed
+    (`keras.utils.set_random_seed`), and its trainable, non-trainable and
+    optimizer values stacked seeds first."""
     per_seed = []
     for seed in seeds:
         keras.utils.set_random_seed(seed)
-        model = build(impl, info, config, weights, dtype)
+        model = make_model()
         optimizer, _ = optimizer_for(model)
         per_seed.append((model, [v.value for v in model.trainable_variables],
                          [v.value for v in model.non_trainable_variables],
@@ -339,11 +347,6 @@ def initial_state(impl, info, config, weights, dtype, seeds, encoders=None):
         [jnp.stack([s[part][i] for s in per_seed]) for i in range(len(per_seed[0][part]))]
         for part in (1, 2, 3)
     )
-    if encoders:
-        paths = [v.path for v in per_seed[0][0].trainable_variables]
-        if set(encoders) - set(paths):
-            raise ValueError(f"adapted weights the model lacks: {sorted(set(encoders) - set(paths))[:3]}")
-        stacked[0][:] = [encoders.get(path, value).astype(value.dtype) for path, value in zip(paths, stacked[0])]
     return per_seed[0][0], stacked
 
 
@@ -434,6 +437,8 @@ def main():
         steps = -(-rows // BATCH_SIZE)
         regression = "labels" not in info["settings"]
         shape = (impl, info["task"], len(info["settings"].get("labels", ())), info["settings"].get("head"))
+        if adapting:
+            sequences = jnp.asarray(arrays[f"{key}.kbert.adapt.sequences.token_ids"].astype("int32"))
         for adapt_steps in adapt_grid:
             if time.perf_counter() - start > args.budget_s:
                 report.setdefault("skipped", []).append([key, impl, adapt_steps])
@@ -443,7 +448,6 @@ def main():
                 if adapter is None:
                     adapter = Adapter(config, weights, args.dtype, seeds, config.vocab_size,
                                       info["adaptation"]["mask_id"])
-                sequences = jnp.asarray(arrays[f"{key}.kbert.adapt.sequences.token_ids"].astype("int32"))
                 encoders, adaptation = adapter.run(sequences, adapt_steps, seeds, chunk=min(ADAPT_CHUNK, adapt_steps))
                 adaptation["seconds"] = round(time.perf_counter() - began, 2)
                 print(json.dumps({"data": key, "adapt_steps": adapt_steps, **adaptation}), flush=True)
