@@ -453,6 +453,27 @@ def test_threshold_is_tuned_on_dev_and_applied():
     assert task.evaluate(examples, predictions)["exact_match"] == 100.0
 
 
+def test_a_model_that_should_answer_nothing_says_so(capsys):
+    task = qa_task()
+    examples = [QuestionExample("q1", "Where?", "France.", [{"text": "France"}]),
+                QuestionExample("q2", "Who?", "France.", is_impossible=True)]
+    wrong = {"best": {"text": "Rollo", "start": 0, "end": 5, "score": 5.0, "probability": 0.3},
+             "null": {"score": 4.0, "probability": 0.7}}
+    predictions = [{**wrong, "null_score_diff": -1.0}, {**wrong, "null_score_diff": -2.0}]
+    threshold = task.tune(examples, predictions)["null_score_diff_threshold"]
+    assert threshold == -3.0  # below every question's: nothing is answered
+    assert capsys.readouterr().err == (
+        "kbert: warning: answering nothing scores best on the 2 dev questions (F1 50.0, the share without an "
+        "answer), so the model will answer none: it learned no answer worth giving; train on more questions, "
+        "or for longer (--epochs)\n"
+    )
+    assert task.evaluate(examples, predictions)["exact_match"] == 50.0
+    learned = qa_task()
+    learned.tune(examples, [{**wrong, "best": {**wrong["best"], "text": "France"}, "null_score_diff": -1.0},
+                            {**wrong, "null_score_diff": 2.0}])
+    assert capsys.readouterr().err == ""
+
+
 # === Bad input ===
 
 

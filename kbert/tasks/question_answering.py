@@ -31,6 +31,7 @@ format is a `.tflite` for the TFLite Task Library's `BertQuestionAnswerer`
 """
 
 import dataclasses
+import sys
 
 import numpy as np
 
@@ -292,8 +293,15 @@ class QuestionAnswering(Task):
             for e, text in zip(examples, texts)
         ]
         best, threshold = squad_eval.find_best_threshold(texts, f1, odds, has_answer)
-        if best <= 100.0 * sum(not has for has in has_answer) / len(has_answer):
+        abstaining = 100.0 * sum(not has for has in has_answer) / len(has_answer)
+        if best <= abstaining:
             threshold = min(odds) - 1.0
+            print(
+                f"kbert: warning: answering nothing scores best on the {len(examples)} dev questions (F1 "
+                f"{abstaining:.1f}, the share without an answer), so the model will answer none: it learned no "
+                "answer worth giving; train on more questions, or for longer (--epochs)",
+                file=sys.stderr,
+            )
         self.null_score_diff_threshold = float(threshold)
         return {**tuned, "null_score_diff_threshold": self.null_score_diff_threshold, "tuned_f1": best}
 
