@@ -11,6 +11,11 @@ can be shown on the samples (`../shared/data/squad-sample/`):
         them unanswerable) and reports the loss curve and EM/F1 on those
         same questions: before training (a fresh head), after, for random
         spans and for "no answer" everywhere.
+    python tools/benchmarks/benchmark_qa.py unseen --out runs/qa-unseen --seeds 0
+        Fine-tunes with the task's recipe on the questions of half the
+        Normans paragraphs (every other one) and scores the other half's,
+        both ways round: EM/F1 at the threshold tuned there, and HasAns F1
+        when every question is answered.
     python tools/benchmarks/benchmark_qa.py latency --model runs/qa-normans
         Exports the model (ONNX fp32 and int8, BertQuestionAnswerer's
         .tflite) and reports each one's EM/F1 and batch-1 latency at 384.
@@ -59,6 +64,11 @@ def main(argv=None):
     learn.add_argument("--epochs", type=int, default=4)
     learn.add_argument("--lr", type=float, default=1e-4)
     learn.add_argument("--batch-size", type=int, default=16)
+    unseen = sub.add_parser("unseen", help="fine-tune on half the Normans paragraphs, score the other half")
+    unseen.add_argument("--out", required=True, help="new folder for the halves and the models")
+    unseen.add_argument("--seeds", default="0", help="comma-separated seeds (default: 0)")
+    unseen.add_argument("--epochs", type=int, help="default: the task's recipe")
+    unseen.add_argument("--lr", type=float, help="default: the task's recipe")
     latency = sub.add_parser("latency", help="export a model and time its artefacts")
     latency.add_argument("--model", required=True, help="a question-answering model folder")
     latency.add_argument("--runs", type=int, default=50, help="timed batch-1 runs per artefact")
@@ -71,7 +81,10 @@ def main(argv=None):
     from kbert.export.verify import load_average, machine
 
     machine_before = machine()
-    commands = {"oracle": oracle, "learn": learn_figures, "latency": latency_figures, "stream": stream_figures}
+    commands = {
+        "oracle": oracle, "learn": learn_figures, "unseen": unseen_figures, "latency": latency_figures,
+        "stream": stream_figures,
+    }
     result = commands[args.command](args)
     result["machine"] = machine_before
     result["load_average_after"] = load_average()
@@ -198,6 +211,45 @@ def learn_figures(args):
             "baselines_threshold_0": baselines,
         }
     }
+
+
+def unseen_figures(args):
+    """Each half of the Normans paragraphs (even, odd) trains a model that is
+    scored on the other half's questions: with the threshold `finetune` tuned
+    there, and forced to answer every question (HasAns F1 of its best spans)."""
+    from kbert.modelfolder import ModelFolder
+    from kbert.training.finetune import finetune
+
+    os.makedirs(args.out)
+    with open(NORMANS, encoding="utf-8") as f:
+        article = json.load(f)
+    halves = []
+    for parity in (0, 1):
+        half = {**article, "data": [{**a, "paragraphs": a["paragraphs"][parity::2]} for a in article["data"]]}
+        halves.append(os.path.join(args.out, f"paragraphs-{parity}.json"))
+        with open(halves[-1], "w", encoding="utf-8") as f:
+            json.dump(half, f, ensure_ascii=False)
+    runs = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        for parity in (0, 1):
+            train, dev = halves[parity], halves[1 - parity]
+            out = os.path.join(args.out, f"model-{parity}-seed{seed}")
+            log(f"seed {seed}: training on {train}, scoring {dev}")
+            with contextlib.redirect_stdout(sys.stderr):  # stdout is the JSON
+                metrics = finetune(train, dev, "all-minilm-l6-v2", out, task="question-answering",
+                                   epochs=args.epochs, learning_rate=args.lr, seed=seed, dtype="auto", verbose=0,
+                                   log=log)
+            folder = ModelFolder.load(out)
+            folder.task.null_score_diff_threshold = float("inf")
+            forced = folder.evaluate(folder.task.read(dev))
+            runs.append({
+                "seed": seed, "train": os.path.basename(train), "train_questions": metrics["train_questions"],
+                "train_answerable": metrics["train_answerable"], "dev_questions": metrics["n"],
+                "tuned_threshold": {k: round(metrics[k], 2) for k in FIGURES},
+                "forced_answers_HasAns_f1": round(forced["HasAns_f1"], 2),
+                "train_seconds": metrics["train_seconds"],
+            })
+    return {"unseen": {"model": "all-minilm-l6-v2", "epochs": args.epochs, "learning_rate": args.lr, "runs": runs}}
 
 
 def _at_threshold_zero(model, examples):
