@@ -115,7 +115,7 @@ def test_pair_texts_are_both_sentences_in_order():
 def test_bad_adaptation_settings_are_refused_before_data_is_read(tiny, tmp_path, capsys):
     with pytest.raises(ValueError, match=r"^adapt_steps=-1; expected an integer of 0 or more$"):
         finetune("missing.tsv", "missing.tsv", "all-minilm-l6-v2", str(tmp_path / "m"), task=PAIRS, adapt_steps=-1)
-    with pytest.raises(ValueError, match=r"^deterministic=True .* with adapt_steps=600 .*\(--adapt-steps 0\)$"):
+    with pytest.raises(ValueError, match=r"^deterministic=True .* with adapt_steps=1200 .*\(--adapt-steps 0\)$"):
         finetune("missing.tsv", "missing.tsv", "all-minilm-l6-v2", str(tmp_path / "m"), task=PAIRS,
                  deterministic=True)
     pairs = str(tiny / "pairs.tsv")
@@ -123,7 +123,7 @@ def test_bad_adaptation_settings_are_refused_before_data_is_read(tiny, tmp_path,
             "--init", "all-minilm-l6-v2", "--out", str(tmp_path / "m"), "--deterministic"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "with adapt_steps=600 (--adapt-steps)" in err and len(err.strip().splitlines()) == 1
+    assert "with adapt_steps=1200 (--adapt-steps)" in err and len(err.strip().splitlines()) == 1
     with pytest.raises(SystemExit):
         main([*argv[:-1], "--adapt-steps", "-1"])
     assert "--adapt-steps: -1 is not an integer of 0 or more" in capsys.readouterr().err

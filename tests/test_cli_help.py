@@ -24,7 +24,7 @@ INPUTS = {"--input", "--corpus", "--queries", "--records", "--model"}
 RECIPES = {
     "text-classification": Recipe(epochs=2, learning_rate=1e-4, batch_size=32, sequence_length=128),
     "text-pair-classification": Recipe(
-        epochs=5, learning_rate=1e-4, batch_size=32, sequence_length=128, adapt_steps=600
+        epochs=5, learning_rate=1e-4, batch_size=32, sequence_length=128, adapt_steps=1200
     ),
     "text-pair-regression": Recipe(epochs=3, learning_rate=5e-5, batch_size=32, sequence_length=128),
     "token-classification": Recipe(epochs=6, learning_rate=5e-5, batch_size=8, sequence_length=128),

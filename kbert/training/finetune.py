@@ -151,7 +151,7 @@ def finetune(
         adapt_steps: int or None. Masked-LM steps on the training texts
             before fine-tuning (task-adaptive pretraining,
             `kbert.pretraining.adapt`), with the recipe's batch and length;
-            0: none; None: the task's recipe (600 for
+            0: none; None: the task's recipe (1,200 for
             text-pair-classification, else 0).
         layer_decay: float in (0, 1]. Layer-wise learning-rate decay
             (`kbert.training.layerwise_multipliers`); 1 is off.

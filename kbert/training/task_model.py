@@ -254,7 +254,7 @@ class TaskModel(keras.Model):
 
         Args:
             x: the task's inputs, as `fit` takes them (no targets).
-            steps, batch_size: default the task's recipe's (600 steps for
+            steps, batch_size: default the task's recipe's (1,200 steps for
                 text-pair-classification).
             folder: str or None. Where the run is kept (`kbert pretrain`'s
                 folder; the adapted encoder in `encoder/`): new, or one an

@@ -18,7 +18,7 @@ dropout to every candidate, so candidates compare seed by seed.
 MRPC's training text, packed into sequences by kbert's own pipeline here
 (`recipe_data.py --adaptation`) and masked on the GPU as tf-text masks them
 for `kbert finetune` (`mask_batch`), then the default fine-tuning from each
-seed's adapted encoder: the recipe's 600 steps against 0, 1,200, 2,400 and
+seed's adapted encoder: 600 steps against 0, 1,200 (the recipe's), 2,400 and
 4,800, seed by seed.
 
 Each candidate's dev outputs come back (`predictions.npz`) and `--report`
@@ -83,7 +83,7 @@ FOLLOW_UP = (
     ("mrpc", "keras-hub", (3, 5), (5e-5, 1e-4, 2e-4)),
     ("mrpc", "kbert", (3, 5), (5e-5, 1e-4)),
 )
-# Pair classification's recipe after 0 to 4,800 adaptation steps (600: the default).
+# Pair classification's recipe after 0 to 4,800 adaptation steps (1,200: the default).
 ADAPTATION = (
     ("mrpc", "kbert", (5,), (1e-4,), (600, 0, 1200, 2400, 4800)),
 )
