@@ -207,7 +207,7 @@ def learn_figures(args):
             "before_training_threshold_0": before,
             "after_training_tuned_threshold": {k: round(metrics[k], 2) for k in FIGURES},
             "tuned_null_score_diff_threshold": round(metrics["null_score_diff_threshold"], 4),
-            "after_training_threshold_0": _at_threshold_zero(args.out, examples),
+            "after_training_threshold_0": _at_threshold(args.out, examples, 0.0),
             "baselines_threshold_0": baselines,
         }
     }
@@ -217,7 +217,7 @@ def unseen_figures(args):
     """Each half of the Normans paragraphs (even, odd) trains a model that is
     scored on the other half's questions: with the threshold `finetune` tuned
     there, and forced to answer every question (HasAns F1 of its best spans)."""
-    from kbert.modelfolder import ModelFolder
+    from kbert.tasks import TASKS
     from kbert.training.finetune import finetune
 
     os.makedirs(args.out)
@@ -239,24 +239,23 @@ def unseen_figures(args):
                 metrics = finetune(train, dev, "all-minilm-l6-v2", out, task="question-answering",
                                    epochs=args.epochs, learning_rate=args.lr, seed=seed, dtype="auto", verbose=0,
                                    log=log)
-            folder = ModelFolder.load(out)
-            folder.task.null_score_diff_threshold = float("inf")
-            forced = folder.evaluate(folder.task.read(dev))
+            forced = _at_threshold(out, TASKS["question-answering"].read(dev), float("inf"))
             runs.append({
                 "seed": seed, "train": os.path.basename(train), "train_questions": metrics["train_questions"],
                 "train_answerable": metrics["train_answerable"], "dev_questions": metrics["n"],
                 "tuned_threshold": {k: round(metrics[k], 2) for k in FIGURES},
-                "forced_answers_HasAns_f1": round(forced["HasAns_f1"], 2),
+                "forced_answers_HasAns_f1": forced["HasAns_f1"],
                 "train_seconds": metrics["train_seconds"],
             })
     return {"unseen": {"model": "all-minilm-l6-v2", "epochs": args.epochs, "learning_rate": args.lr, "runs": runs}}
 
 
-def _at_threshold_zero(model, examples):
+def _at_threshold(model, examples, threshold):
+    """`FIGURES` of the model folder `model` on `examples` at the null `threshold`."""
     from kbert.modelfolder import ModelFolder
 
     folder = ModelFolder.load(model)
-    folder.task.null_score_diff_threshold = 0.0
+    folder.task.null_score_diff_threshold = threshold
     metrics = folder.evaluate(examples)
     return {k: round(metrics[k], 2) for k in FIGURES}
 
