@@ -29,7 +29,6 @@ POSITIVE_LABEL = "1"
 RECIPE = Recipe(epochs=5, learning_rate=1e-4, batch_size=32, sequence_length=128, adapt_steps=1200)
 
 
-
 @dataclasses.dataclass(frozen=True)
 class PairColumns(TaskConfig):
     """The columns of a pair of texts, shared by the tasks that read pairs."""
