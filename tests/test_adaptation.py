@@ -94,6 +94,7 @@ def test_a_complete_adaptation_is_kept_for_the_run_that_resumes(tiny, tmp_path):
     assert adapt(*args, dtype="float32", verbose=0, log=lines.append) == first
     assert lines[-1] == f"adaptation: done in an earlier run, kept in {tmp_path / 'a'}"
     assert lines[0].startswith("adaptation: 2 masked-LM steps of 4 on 40 training texts")  # each distinct once
+    assert lines[0].endswith("; adapt_steps=0, --adapt-steps 0, skips it)")
 
 
 def test_too_little_text_is_refused_with_its_measure_before_anything_is_written(tiny, tmp_path):

@@ -55,7 +55,8 @@ def adapt(texts, sequences, folder, init, vocabulary, lowercase, steps, batch_si
         with open(history_file) as f:
             return encoder, _figures(json.load(f))
     log(f"adaptation: {steps} masked-LM steps of {batch_size} on {len(texts)} training texts "
-        f"({sequences} sequences of {sequence_length}, about {steps * batch_size / sequences:.1f} passes)")
+        f"({sequences} sequences of {sequence_length}, about {steps * batch_size / sequences:.1f} passes; "
+        "adapt_steps=0, --adapt-steps 0, skips it)")
     # Seeded before the pipeline is built, whose masking ops take their seeds
     # then: a call gives the same masks wherever it is made.
     keras.utils.set_random_seed(seed)
