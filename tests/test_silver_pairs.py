@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 from tests.test_sentence_embedding import write_checkpoint
 from tests.test_pretrain_cli import ROOT
