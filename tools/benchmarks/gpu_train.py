@@ -215,8 +215,9 @@ def write_report(args, settings, results, start, final):
         "devices": {stack: r["device"] for stack, r in first.items()},
         "versions": {stack: r["versions"] for stack, r in first.items()},
         "peak_tflops": args.peak_tflops,
-        "matmul_tflops_by_stack": {stack: round(t, 2) for stack, t in matmul.items()},
-        "matmul_tflops": round(matmul_tflops, 2) if matmul_tflops else None,
+        # Four significant figures: a dry run on a busy CPU measures thousandths of a TFLOP/s.
+        "matmul_tflops_by_stack": {stack: float(f"{t:.4g}") for stack, t in matmul.items()},
+        "matmul_tflops": float(f"{matmul_tflops:.4g}") if matmul_tflops else None,
         "settings": settings,
         "flops_formula": "tools/benchmarks/benchmark.py flops_per_sequence (mlm for pretraining, classifier)",
         "runs": runs,
