@@ -97,6 +97,25 @@ def test_a_complete_adaptation_is_kept_for_the_run_that_resumes(tiny, tmp_path):
     assert lines[0].endswith("; adapt_steps=0, --adapt-steps 0, skips it)")
 
 
+def test_adaptation_shows_and_keeps_the_masked_lm_figures_alone(tiny, tmp_path, capsys):
+    """Its text has no sentence pairs: the next-sentence loss and accuracy, 0 throughout, are not shown."""
+    from kbert.pretraining.run_folder import HISTORY_FILE
+
+    texts = [f"text number {i} of forty, and the same again" for i in range(40)]
+    vocabulary = list(minilm_vocabulary())
+    distinct, sequences = adaptation_text(texts, vocabulary, 16, True)
+    adapt(distinct, sequences, str(tmp_path / "a"), str(tiny / "bert"), vocabulary, True, 4, 4, 16,
+          dtype="float32", verbose=2, log=lambda line: None)
+    printed = capsys.readouterr().out
+    assert "masked_lm_accuracy: " in printed and "next_sentence" not in printed
+    with open(tmp_path / "a" / HISTORY_FILE) as f:
+        history = json.load(f)
+    assert history["settings"]["next_sentence"] is False
+    assert [sorted(window) for window in history["windows"]] == [sorted([
+        "loss", "masked_lm_loss", "masked_lm_accuracy", "step", "learning_rate", "seconds", "sequences_per_second",
+    ])]
+
+
 def test_too_little_text_is_refused_with_its_measure_before_anything_is_written(tiny, tmp_path):
     with pytest.raises(ValueError, match=r"^the 1 training texts fill no sequence of 32 pieces; .*--adapt-steps 0"):
         adaptation_text(["a short text"], list(minilm_vocabulary()), 32, True)

@@ -180,6 +180,8 @@ def test_pretrain_from_raw_text_with_whole_word_masking(records, tmp_path):
     history = json.loads((out / HISTORY_FILE).read_text())
     assert [w["step"] for w in history["windows"]] == [2, 4]
     assert all(np.isfinite(w["masked_lm_loss"]) for w in history["windows"])
+    # Raw text trains no next-sentence head: none of its figures are kept.
+    assert not [key for w in history["windows"] for key in w if "next_sentence" in key]
 
 
 def test_pretrain_goes_on_from_a_packaged_checkpoint_with_its_vocabulary(records, tmp_path, capsys):

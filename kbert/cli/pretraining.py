@@ -193,6 +193,7 @@ def cmd_pretrain(args):
         checkpoint_every=args.checkpoint_every,
         deterministic=args.deterministic,
         strategy=strategy,
+        next_sentence=bool(args.records),
         **kwargs,
     )
     final = {k: v for k, v in history["final"].items() if k in ("step", "loss", "masked_lm_accuracy")}

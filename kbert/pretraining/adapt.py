@@ -68,7 +68,7 @@ def adapt(texts, sequences, folder, init, vocabulary, lowercase, steps, batch_si
         data, folder, vocabulary, init=init, batch_size=batch_size, num_train_steps=steps,
         learning_rate=LEARNING_RATE, optimizer="adamw", lowercase=lowercase, jit_compile=jit_compile,
         dtype=dtype, seed=seed, checkpoint_every=min(CHECKPOINT_EVERY, steps), strategy=strategy, verbose=verbose,
-        init_name=init_name,
+        init_name=init_name, next_sentence=False,
     )
     return encoder, _figures(history)
 

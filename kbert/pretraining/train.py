@@ -17,7 +17,7 @@ from kbert.checkpoints.huggingface import has_masked_lm, warn_fresh
 from kbert.checkpoints.google import load_google_checkpoint
 from kbert.config import PRESETS, BertConfig
 from kbert.hardware import log_dtype
-from kbert.models.pretrainer import bert_pretrainer
+from kbert.models.pretrainer import NEXT_SENTENCE, bert_pretrainer
 from kbert.pretraining.records import make_pretraining_dataset, read_metadata
 from kbert.pretraining.run_folder import (
     BACKUP_FOLDER,
@@ -99,14 +99,26 @@ def _tensorboard(log_dir):
 
 
 class _WindowLogger(keras.callbacks.Callback):
-    """Adds the learning rate, the step and the training throughput to each window's logs."""
+    """Adds the learning rate, the step and the training throughput to each window's logs.
 
-    def __init__(self, batch_size, seq_len):
+    Without next-sentence data its loss and accuracy (0 throughout: the data
+    weighs them by 0) are taken out of the logs before Keras prints them (its
+    progress bar comes after every callback given to `fit`) and out of the
+    windows; the training itself is unchanged.
+    """
+
+    def __init__(self, batch_size, seq_len, next_sentence=True):
         super().__init__()
         self.batch_size = batch_size
         self.seq_len = seq_len
+        self.next_sentence = next_sentence
         self.windows = []
         self.step = 0
+
+    def _drop_next_sentence(self, logs):
+        if not self.next_sentence:
+            for key in [key for key in logs if NEXT_SENTENCE in key]:
+                del logs[key]
 
     def on_epoch_begin(self, epoch, logs=None):
         self._start = time.perf_counter()
@@ -115,8 +127,10 @@ class _WindowLogger(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self._steps += 1
         self._end = time.perf_counter()
+        self._drop_next_sentence(logs or {})
 
     def on_epoch_end(self, epoch, logs=None):
+        self._drop_next_sentence(logs or {})
         seconds = self._end - self._start
         self.step += self._steps
         window = {name: float(value) for name, value in (logs or {}).items()}
@@ -184,6 +198,7 @@ def pretrain(
     strategy="auto",
     verbose="auto",
     init_name=None,
+    next_sentence=True,
 ):
     """Pretrains BERT with masked LM and next-sentence prediction; writes `out`.
 
@@ -239,6 +254,10 @@ def pretrain(
 
         init_name: str or None. How `history.json` and messages name `init`
             (default: `init`, or "BertConfig").
+        next_sentence: bool. False for data without sentence pairs, whose
+            next-sentence weights are all 0 (`make_dynamic_masking_dataset`'s):
+            the next-sentence loss and accuracy, 0 throughout, are left out of
+            the progress lines, `history.json` and TensorBoard.
 
     Returns:
         The dict written to `history.json`; its "weights_sha256" lets the
@@ -297,7 +316,7 @@ def pretrain(
         lowercase = checkpoint_lowercase
     if verbose == "auto":
         verbose = 1 if sys.stdout.isatty() else 2
-    logger = _WindowLogger(global_batch_size, seq_len)
+    logger = _WindowLogger(global_batch_size, seq_len, next_sentence)
     # Workers other than the chief write everything (logs, checkpoints, the
     # final model) to a scratch folder deleted at the end.
     with chief_folder(out, strategy) as out_folder:
@@ -326,6 +345,7 @@ def pretrain(
             "dtype": dtype,
             "loss_scaling": isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer),
             "seed": seed,
+            "next_sentence": next_sentence,
             "checkpoint_every": checkpoint_every,
             "deterministic": deterministic,
             "strategy": type(strategy).__name__,
