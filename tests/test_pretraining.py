@@ -169,7 +169,7 @@ TINY_VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(
 )
 
 
-def test_pretrain_fits_with_jit_compile_and_saves_an_encoder(tmp_path):
+def test_pretrain_fits_with_jit_compile_and_saves_an_encoder(tmp_path, capsys):
     corpus = os.path.join(tmp_path, "corpus.txt")
     with open(corpus, "w") as f:
         f.write("\n\n".join("\n".join(SENTENCES[i:] + SENTENCES[:i]) for i in range(4)) + "\n")
@@ -199,8 +199,11 @@ def test_pretrain_fits_with_jit_compile_and_saves_an_encoder(tmp_path):
         learning_rate=5e-2,
         log_every=10,
         eval_steps=2,
-        verbose=0,
+        verbose=2,
     )
+    # Each window's progress line is headed by its steps, not by a Keras epoch.
+    headings = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("steps ", "Epoch "))]
+    assert headings == ["steps 1-10 of 35", "steps 11-20 of 35", "steps 21-30 of 35", "steps 31-35 of 35"]
     windows = history["windows"]
     assert [w["step"] for w in windows] == [10, 20, 30, 35]
     assert windows[-1]["loss"] < 0.9 * windows[0]["loss"]

@@ -98,6 +98,26 @@ def _tensorboard(log_dir):
     return _ScalarLogs(log_dir)
 
 
+class _WindowProgbar(keras.callbacks.ProgbarLogger):
+    """Keras's progress bar, each window headed by the steps it covers
+    (`steps 101-200 of 1200`) in place of Keras's `Epoch 2/12`: a window of
+    `log_every` steps is not a pass over the data. `fit` takes it for its own
+    progress bar (it adds one only when none is given)."""
+
+    def __init__(self, log_every, num_train_steps):
+        super().__init__()
+        self.log_every = log_every
+        self.num_train_steps = num_train_steps
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.verbose:
+            first = epoch * self.log_every + 1
+            last = min(first + self.log_every - 1, self.num_train_steps)
+            print(f"steps {first}-{last} of {self.num_train_steps}", flush=True)
+        self.epochs = 1  # Keras heads a window with `Epoch k/n` only when there are several
+        super().on_epoch_begin(epoch, logs)
+
+
 class _WindowLogger(keras.callbacks.Callback):
     """Adds the learning rate, the step and the training throughput to each window's logs.
 
@@ -320,7 +340,8 @@ def pretrain(
     # Workers other than the chief write everything (logs, checkpoints, the
     # final model) to a scratch folder deleted at the end.
     with chief_folder(out, strategy) as out_folder:
-        callbacks = [logger, _tensorboard(os.path.join(out_folder, LOGS_FOLDER)), PendingInterrupt()]
+        callbacks = [logger, _tensorboard(os.path.join(out_folder, LOGS_FOLDER)), PendingInterrupt(),
+                     _WindowProgbar(log_every, num_train_steps)]
         done_windows, backup = 0, None
         if checkpoint_every is not None:
             backup = AtomicBackup(backup_dir, lambda: logger.windows, strategy)
