@@ -18,6 +18,7 @@ from kbert.pretraining import (
     pretrain,
     write_pretraining_data,
 )
+from kbert.pretraining.train import _WindowProgbar
 
 CONFIG = BertConfig(
     vocab_size=40,
@@ -167,6 +168,22 @@ SENTENCES = [
 TINY_VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(
     {word for sentence in SENTENCES for word in sentence.split()}
 )
+
+
+def test_window_headings_follow_keras_logging_setting(capsys, caplog):
+    progbar = _WindowProgbar(log_every=10, num_train_steps=35)
+    progbar.set_params({"verbose": 2, "epochs": 4, "steps": 10})
+    progbar.on_epoch_begin(3)
+    assert capsys.readouterr().out == "steps 31-35 of 35\n"
+    # With interactive logging off, Keras sends its progress lines to absl logging: so do the headings.
+    keras.config.disable_interactive_logging()
+    try:
+        with caplog.at_level("INFO"):
+            progbar.on_epoch_begin(1)
+    finally:
+        keras.config.enable_interactive_logging()
+    assert capsys.readouterr().out == ""
+    assert "steps 11-20 of 35" in caplog.messages
 
 
 def test_pretrain_fits_with_jit_compile_and_saves_an_encoder(tmp_path, capsys):

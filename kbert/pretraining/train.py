@@ -11,6 +11,7 @@ import time
 
 import keras
 import numpy as np
+from absl import logging
 
 from kbert.checkpoints import load_hf_checkpoint, resolve_checkpoint, save_hf_checkpoint
 from kbert.checkpoints.huggingface import has_masked_lm, warn_fresh
@@ -113,7 +114,11 @@ class _WindowProgbar(keras.callbacks.ProgbarLogger):
         if self.verbose:
             first = epoch * self.log_every + 1
             last = min(first + self.log_every - 1, self.num_train_steps)
-            print(f"steps {first}-{last} of {self.num_train_steps}", flush=True)
+            heading = f"steps {first}-{last} of {self.num_train_steps}"
+            if keras.config.is_interactive_logging_enabled():
+                print(heading, flush=True)
+            else:  # where Keras sends its own progress lines then
+                logging.info(heading)
         self.epochs = 1  # Keras heads a window with `Epoch k/n` only when there are several
         super().on_epoch_begin(epoch, logs)
 
