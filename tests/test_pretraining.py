@@ -1,5 +1,6 @@
 """The pretraining model, its losses, and its optimizer, on tiny configurations."""
 
+import logging
 import math
 import os
 import re
@@ -7,6 +8,7 @@ import re
 import keras
 import numpy as np
 import pytest
+from absl import logging as absl_logging
 
 from kbert import BertConfig, bert_encoder
 from kbert.checkpoints import load_hf_checkpoint
@@ -176,14 +178,19 @@ def test_window_headings_follow_keras_logging_setting(capsys, caplog):
     progbar.on_epoch_begin(3)
     assert capsys.readouterr().out == "steps 31-35 of 35\n"
     # With interactive logging off, Keras sends its progress lines to absl logging: so do the headings.
+    # The absl logger is read directly, at INFO: earlier tests in the process may have changed its level.
+    absl_logger, level = absl_logging.get_absl_logger(), absl_logging.get_absl_logger().level
+    absl_logger.setLevel("INFO")
+    absl_logger.addHandler(caplog.handler)
     keras.config.disable_interactive_logging()
     try:
-        with caplog.at_level("INFO"):
-            progbar.on_epoch_begin(1)
+        progbar.on_epoch_begin(1)
     finally:
         keras.config.enable_interactive_logging()
+        absl_logger.removeHandler(caplog.handler)
+        absl_logger.setLevel(level)
     assert capsys.readouterr().out == ""
-    assert "steps 11-20 of 35" in caplog.messages
+    assert "steps 11-20 of 35" in caplog.messages, (absl_logger.disabled, logging.root.manager.disable)
 
 
 def test_pretrain_fits_with_jit_compile_and_saves_an_encoder(tmp_path, capsys):
