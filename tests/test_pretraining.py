@@ -179,16 +179,15 @@ def test_window_headings_follow_keras_logging_setting(capsys, caplog):
     assert capsys.readouterr().out == "steps 31-35 of 35\n"
     # With interactive logging off, Keras sends its progress lines to absl logging: so do the headings.
     # The absl logger is read directly, at INFO: earlier tests in the process may have changed its level.
-    absl_logger, level = absl_logging.get_absl_logger(), absl_logging.get_absl_logger().level
-    absl_logger.setLevel("INFO")
+    absl_logger = absl_logging.get_absl_logger()
     absl_logger.addHandler(caplog.handler)
     keras.config.disable_interactive_logging()
     try:
-        progbar.on_epoch_begin(1)
+        with caplog.at_level("INFO", logger=absl_logger.name):
+            progbar.on_epoch_begin(1)
     finally:
         keras.config.enable_interactive_logging()
         absl_logger.removeHandler(caplog.handler)
-        absl_logger.setLevel(level)
     assert capsys.readouterr().out == ""
     assert "steps 11-20 of 35" in caplog.messages, (absl_logger.disabled, logging.root.manager.disable)
 
