@@ -84,6 +84,25 @@ def test_fine_tuning_starts_from_the_encoder_adapted_on_the_training_texts(tiny,
     np.testing.assert_array_equal(spy.start, _token_embeddings(load_hf_checkpoint(bert).encoder))
 
 
+def test_finetune_chooses_the_pair_order_on_dev_and_evaluate_reads_it(tiny, tmp_path, capsys):
+    """The order kept is the model folder's: `kbert evaluate` gives finetune's dev figures,
+    and with the other `--pair-order`, those finetune measured for it."""
+    pairs, bert, out = str(tiny / "pairs.tsv"), str(tiny / "bert"), str(tmp_path / "m")
+    figures = finetune(pairs, pairs, bert, out, adapt_steps=0, **TINY)
+    chosen = figures["pair_order"]
+    assert f"the model reads pairs {'both ways' if chosen == 'both' else 'as given'} (--pair-order {chosen})" in (
+        capsys.readouterr().err
+    )
+    other, other_figures = ("given", figures["given_order"]) if chosen == "both" else ("both", figures["both_orders"])
+    with open(tmp_path / "m" / "kbert.json") as f:
+        assert json.load(f)["task_settings"]["pair_order"] == chosen
+    capsys.readouterr()
+    for flags, expected in (([], figures), (["--pair-order", other], other_figures)):
+        assert main(["evaluate", "--model", out, "--data", pairs, *flags]) == 0
+        printed = json.loads(capsys.readouterr().out)
+        assert {key: printed[key] for key in ("accuracy", "f1")} == {key: expected[key] for key in ("accuracy", "f1")}
+
+
 def test_a_complete_adaptation_is_kept_for_the_run_that_resumes(tiny, tmp_path):
     texts = [f"text number {i} of forty, and the same again" for i in range(40)] * 2
     vocabulary = list(minilm_vocabulary())

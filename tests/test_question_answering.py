@@ -449,7 +449,7 @@ def test_threshold_is_tuned_on_dev_and_applied():
          "null": {"score": 4.0, "probability": 0.9}, "null_score_diff": 2.0},
     ]
     assert task.evaluate(examples, predictions)["exact_match"] == 50.0  # threshold 0: both null
-    assert task.tune(examples, predictions)["null_score_diff_threshold"] == 1.0
+    assert task.tune(examples, predictions, lambda: predictions)["null_score_diff_threshold"] == 1.0
     assert task.evaluate(examples, predictions)["exact_match"] == 100.0
 
 
@@ -460,7 +460,7 @@ def test_a_model_that_should_answer_nothing_says_so(capsys):
     wrong = {"best": {"text": "Rollo", "start": 0, "end": 5, "score": 5.0, "probability": 0.3},
              "null": {"score": 4.0, "probability": 0.7}}
     predictions = [{**wrong, "null_score_diff": -1.0}, {**wrong, "null_score_diff": -2.0}]
-    threshold = task.tune(examples, predictions)["null_score_diff_threshold"]
+    threshold = task.tune(examples, predictions, lambda: predictions)["null_score_diff_threshold"]
     assert threshold == -3.0  # below every question's: nothing is answered
     assert capsys.readouterr().err == (
         "kbert: warning: answering nothing scores best on the 2 dev questions (F1 50.0, the share without an "
@@ -469,8 +469,9 @@ def test_a_model_that_should_answer_nothing_says_so(capsys):
     )
     assert task.evaluate(examples, predictions)["exact_match"] == 50.0
     learned = qa_task()
-    learned.tune(examples, [{**wrong, "best": {**wrong["best"], "text": "France"}, "null_score_diff": -1.0},
-                            {**wrong, "null_score_diff": 2.0}])
+    answered = [{**wrong, "best": {**wrong["best"], "text": "France"}, "null_score_diff": -1.0},
+                {**wrong, "null_score_diff": 2.0}]
+    learned.tune(examples, answered, lambda: answered)
     assert capsys.readouterr().err == ""
 
 

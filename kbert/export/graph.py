@@ -27,7 +27,8 @@ the per-layer form, so the ONNX graph keeps it.
 
 `encoder_outputs` computes the encoder this way; `model_outputs` then calls
 the model's own head layer (`kbert.models.heads`) on it, with the same pass
-over each text of a pair for a head that reads them apart.
+over each text of a pair for a head that reads them apart, and over each of
+the task's `input_views` (a pair read both ways), joined by its `merge_views`.
 The last block computes [CLS] alone for TFLite only when the head reads the
 pooled output alone (`Task.reads_sequence`).
 
@@ -77,15 +78,22 @@ def model_outputs(task, model, features, target="onnx"):
     encoder = task_encoder(model)
     head = model.get_layer(HEAD_LAYER)
     first_token_only = target == "tflite" and not task.reads_sequence
-    outputs = encoder_outputs(encoder, features, target, first_token_only)
-    if getattr(head, "reads_pair_segments", False):
-        # Each text of the pair alone, through the same encoder.
-        segments = model.get_layer("pair_segments")(
-            features["token_ids"], features["segment_ids"], features["padding_mask"]
-        )
-        outputs["segment_sequence_output"] = encoder_outputs(encoder, segments, target)["sequence_output"]
-        features = {**features, "segment_padding_mask": segments["padding_mask"]}
-    return output_dict(head(outputs, features), task.outputs)
+
+    def one_view(features):
+        outputs = encoder_outputs(encoder, features, target, first_token_only)
+        if getattr(head, "reads_pair_segments", False):
+            # Each text of the pair alone, through the same encoder.
+            segments = model.get_layer("pair_segments")(
+                features["token_ids"], features["segment_ids"], features["padding_mask"]
+            )
+            outputs["segment_sequence_output"] = encoder_outputs(encoder, segments, target)["sequence_output"]
+            features = {**features, "segment_padding_mask": segments["padding_mask"]}
+        return output_dict(head(outputs, features), task.outputs)
+
+    views = task.input_views(features)
+    if len(views) == 1:
+        return one_view(views[0])
+    return task.merge_views([one_view(view) for view in views])
 
 
 def encoder_outputs(encoder, features, target="onnx", first_token_only=False):

@@ -8,7 +8,7 @@ from kbert.layers.masked_lm_head import MaskedLMHead
 from kbert.layers.normalization import L2Normalization, LayerNormalization
 from kbert.layers.pooling import FirstTokenPooling, MaskedMaxPooling, MaskedMeanPooling
 from kbert.layers.real_tokens import RealTokens
-from kbert.layers.segments import CosineScore, PairSegments
+from kbert.layers.segments import CosineScore, PairSegments, mean_probability_logits, swap_pair
 
 __all__ = [
     "CosineScore",
@@ -24,4 +24,6 @@ __all__ = [
     "PositionEmbedding",
     "RealTokens",
     "TransformerEncoderBlock",
+    "mean_probability_logits",
+    "swap_pair",
 ]

@@ -1,4 +1,5 @@
-"""The two texts of a packed pair, each as a row of its own, and their cosine.
+"""The two texts of a packed pair, each as a row of its own, and their cosine;
+the pair packed the other way round (`swap_pair`).
 
 A pair regressor that also reads each text alone (`bert_pair_regressor`)
 takes the packed pair `[CLS] a [SEP] b [SEP]` that every pair task takes,
@@ -94,3 +95,47 @@ class CosineScore(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "scale": self.scale, "offset": self.offset}
+
+
+def swap_pair(features):
+    """The packed pairs `[CLS] a [SEP] b [SEP]` of `features` repacked as `[CLS] b [SEP] a [SEP]`.
+
+    Args:
+        features: dict of int `(batch, length)` arrays or tensors named
+            `ENCODER_INPUTS`, pairs packed as google-research/bert packs them.
+
+    Returns:
+        dict of int32 `(batch, length)` tensors named `ENCODER_INPUTS`: each
+        row's texts in the other order, segment ids 0 for `[CLS] b [SEP]` and
+        1 for `a [SEP]`; the padding mask is the pair's. Where the pair was
+        truncated, the pieces kept, so `b, a` packed alone where the pair fits.
+    """
+    token_ids = ops.cast(features["token_ids"], "int32")
+    used = ops.cast(features["padding_mask"], "int32")
+    length = ops.sum(used, axis=1, keepdims=True)
+    second = used * ops.cast(ops.not_equal(features["segment_ids"], 0), "int32")
+    second_length = ops.sum(second, axis=1, keepdims=True)
+    first_length = length - second_length
+    positions = ops.expand_dims(ops.arange(ops.shape(token_ids)[1], dtype="int32"), 0)
+    # New position p holds [CLS] at 0, b's pieces (the pair's first_length + p - 1)
+    # up to second_length - 1, a [SEP] at second_length, then a and its [SEP]
+    # (the pair's p - second_length), then the padding where it was.
+    source = ops.where(
+        positions == 0, 0,
+        ops.where(positions < second_length, positions + first_length - 1,
+                  ops.where(positions == second_length, length - 1,
+                            ops.where(positions < length, positions - second_length, positions))),
+    )
+    first = ops.logical_and(positions > second_length, positions < length)  # a [SEP]: segment 1 now
+    return {
+        "token_ids": ops.take_along_axis(token_ids, source, axis=1),
+        "segment_ids": ops.cast(first, "int32"),
+        "padding_mask": used,
+    }
+
+
+def mean_probability_logits(logits):
+    """Logits whose softmax is the mean of the softmaxes of `logits`, a list of
+    float `(batch, classes)`: `log(mean(softmax))`, computed stably in float32."""
+    log_probabilities = ops.stack([ops.log_softmax(ops.cast(x, "float32"), axis=-1) for x in logits])
+    return ops.logsumexp(log_probabilities, axis=0) - ops.log(ops.cast(len(logits), "float32"))

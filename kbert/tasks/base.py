@@ -18,6 +18,9 @@ The life of a task instance:
     predictions = task.decode(examples, encoded, outputs)
     task.evaluate(examples, predictions)           # {"n": ..., metric: ...}
 """
+
+import numpy as np
+
 from kbert.tasks import inference
 from kbert.tasks.objectives import Objective
 from kbert.tasks.task_config import ConfigFields, TaskConfig
@@ -159,10 +162,12 @@ class Task(ConfigFields):
         self.config = self.config.merged(options, self.trained)
         self.configure()
 
-    def tune(self, examples, predictions):
-        """Settings chosen on the dev predictions after training (a threshold), before
-        the dev figures are computed and `settings()` stored. Returns what it chose
-        and what training counted, a JSON dict merged into metrics.json."""
+    def tune(self, examples, predictions, predict):
+        """Settings chosen on the dev predictions after training (a threshold, the
+        order a pair is read in), before the dev figures are computed and
+        `settings()` stored. `predict()` gives the dev predictions again, under
+        the settings as they then are. Returns what it chose and what training
+        counted, a JSON dict merged over the dev figures into metrics.json."""
         return {}
 
     @classmethod
@@ -240,11 +245,30 @@ class Task(ConfigFields):
     def run(self, model, features, batch_size=INFERENCE_BATCH_SIZE):
         """`model`'s outputs on int32 `features`, a dict keyed by `outputs`
         (`kbert.tasks.inference`): rows in batches of similar length, or at
-        their full length if the task `reads_sequence`. `ValueError` if the
-        model gives NaN or infinity (a diverged or corrupt model)."""
+        their full length if the task `reads_sequence`; on each of the rows'
+        `input_views`, joined by `merge_views`. `ValueError` if the model gives
+        NaN or infinity (a diverged or corrupt model)."""
+        outputs = [self._run_view(model, view, batch_size) for view in self.input_views(features)]
+        if len(outputs) == 1:
+            return outputs[0]
+        return {name: np.asarray(value) for name, value in self.merge_views(outputs).items()}
+
+    def _run_view(self, model, features, batch_size):
+        features = {name: np.asarray(value) for name, value in features.items()}
         if self.reads_sequence:
             return inference.run_full_length(model, features, self.outputs, batch_size)
         return inference.run_by_length(model, features, self.outputs, self.sequence_length, batch_size)
+
+    def input_views(self, features):
+        """The inputs the model reads each row as, a list of feature dicts of the
+        rows' shape (default: the rows alone); `run` and every exported graph
+        (`kbert.export.graph.model_outputs`) run the model on each and join
+        the outputs with `merge_views`. `keras.ops` only: it runs in graphs."""
+        return [features]
+
+    def merge_views(self, outputs):
+        """One output dict from the model's outputs on each of `input_views`."""
+        return outputs[0]
 
     def decode(self, examples, encoded, outputs):
         """One prediction per example from the outputs of `encoded`'s rows

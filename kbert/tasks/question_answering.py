@@ -273,7 +273,7 @@ class QuestionAnswering(Task):
             metrics = {**squad_eval.squad_v1_metrics(golds, texts), "n": len(examples)}
         return metrics
 
-    def tune(self, examples, predictions):
+    def tune(self, examples, predictions, predict):
         """v2.0: the null threshold of the best dev F1 (evaluate-v2.0.py's sweep),
         unless one was given (--null-score-diff-threshold) or chosen before.
 

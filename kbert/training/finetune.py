@@ -429,9 +429,11 @@ def fit_epochs(
 def dev_figures(task, model, examples, encoded):
     """The task's figures of `model` on the dev `examples`, after `task.tune` on them:
     run in batches of `kbert evaluate`'s size, so that it gives the same figures."""
-    outputs = task.run(model, encoded.features)
-    predictions = task.decode(examples, encoded, outputs)
-    tuned = task.tune(examples, predictions)
+    def predict():
+        return task.decode(examples, encoded, task.run(model, encoded.features))
+
+    predictions = predict()
+    tuned = task.tune(examples, predictions, predict)
     return {**task.evaluate(examples, predictions), **tuned}
 
 

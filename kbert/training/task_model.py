@@ -205,7 +205,8 @@ class TaskModel(keras.Model):
             validation_data: `(x, y)` in the same form, or a dataset. A task
                 that chooses a setting on dev predictions, as `kbert finetune`
                 does, chooses it here after training (question answering v2.0:
-                its null-score threshold, unless one was given).
+                its null-score threshold; pair classification: whether pairs
+                are read both ways; unless one was given).
             seed: the shuffles' seed (dropout and new weights follow
                 `keras.utils.set_random_seed`).
             **kwargs: `keras.Model.fit`'s (callbacks, verbose...).
@@ -244,8 +245,11 @@ class TaskModel(keras.Model):
         if validation is not None and type(self.task).tune is not Task.tune:
             # As `kbert finetune` does on dev: a task's choice made on the
             # validation predictions (question answering's null threshold).
-            outputs = self.task.run(self.network, encoded.features, recipe.batch_size)
-            self.task.tune(validation, self.task.decode(validation, encoded, outputs))
+            def predict():
+                outputs = self.task.run(self.network, encoded.features, recipe.batch_size)
+                return self.task.decode(validation, encoded, outputs)
+
+            self.task.tune(validation, predict(), predict)
         return history
 
     def adapt(self, x, steps=None, batch_size=None, folder=None, seed=0, verbose="auto"):
