@@ -74,8 +74,7 @@ def test_export_graph_computes_the_keras_outputs(name, target):
         outputs = model(features, training=False)
         return outputs if isinstance(outputs, dict) else {task.outputs[0]: outputs}
 
-    views = [keras_outputs(view) for view in task.input_views(inputs)]
-    expected = views[0] if len(views) == 1 else task.merge_views(views)
+    expected = task.over_views(inputs, keras_outputs)
     got = tf.function(lambda f: model_outputs(task, model, f, target=target))(inputs)
     assert sorted(got) == sorted(task.outputs)
     for output in task.outputs:
@@ -336,6 +335,11 @@ def test_pair_order_is_chosen_on_dev_only_when_both_score_higher():
         assert tuned["both_orders"]["accuracy"] == accuracy
     chosen = task_instance("text-pair-classification", {"labels": ["0", "1"], "pair_order": "given"})
     assert chosen.tune(examples, wrong, lambda: right) == {} and chosen.pair_order == "given"
+    with pytest.raises(ValueError, match="pair_order='sideways'; expected one of given, both"):
+        task_instance("text-pair-classification", {"labels": ["0", "1"], "pair_order": "sideways"})
+    with pytest.raises(SystemExit) as exit_status:
+        main(["evaluate", "--model", "m", "--data", "d.tsv", "--pair-order", "sideways"])
+    assert exit_status.value.code == 2
 
 
 def test_cross_cosine_head_reads_each_text_as_sentence_transformers_does():

@@ -90,10 +90,7 @@ def model_outputs(task, model, features, target="onnx"):
             features = {**features, "segment_padding_mask": segments["padding_mask"]}
         return output_dict(head(outputs, features), task.outputs)
 
-    views = task.input_views(features)
-    if len(views) == 1:
-        return one_view(views[0])
-    return task.merge_views([one_view(view) for view in views])
+    return task.over_views(features, one_view)
 
 
 def encoder_outputs(encoder, features, target="onnx", first_token_only=False):

@@ -248,10 +248,8 @@ class Task(ConfigFields):
         their full length if the task `reads_sequence`; on each of the rows'
         `input_views`, joined by `merge_views`. `ValueError` if the model gives
         NaN or infinity (a diverged or corrupt model)."""
-        outputs = [self._run_view(model, view, batch_size) for view in self.input_views(features)]
-        if len(outputs) == 1:
-            return outputs[0]
-        return {name: np.asarray(value) for name, value in self.merge_views(outputs).items()}
+        outputs = self.over_views(features, lambda view: self._run_view(model, view, batch_size))
+        return {name: np.asarray(value) for name, value in outputs.items()}
 
     def _run_view(self, model, features, batch_size):
         features = {name: np.asarray(value) for name, value in features.items()}
@@ -267,8 +265,14 @@ class Task(ConfigFields):
         return [features]
 
     def merge_views(self, outputs):
-        """One output dict from the model's outputs on each of `input_views`."""
-        return outputs[0]
+        """One output dict from the model's outputs on each of two or more `input_views`."""
+        raise NotImplementedError(f"task {self.name!r} reads several input_views; it must join them")
+
+    def over_views(self, features, run):
+        """`run(view)`'s outputs on each of the rows' `input_views`: those of the one
+        view, or the views' joined by `merge_views`."""
+        outputs = [run(view) for view in self.input_views(features)]
+        return outputs[0] if len(outputs) == 1 else self.merge_views(outputs)
 
     def decode(self, examples, encoded, outputs):
         """One prediction per example from the outputs of `encoded`'s rows
