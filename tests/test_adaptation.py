@@ -10,6 +10,7 @@ import pytest
 from kbert.cli import main
 from kbert.pretraining.adapt import adapt, adaptation_text
 from kbert.tasks import TASKS
+from kbert.training.distill import distill
 from kbert.training.finetune import finetune
 from tests.task_harness import minilm_vocabulary, task_instance
 
@@ -101,6 +102,29 @@ def test_finetune_chooses_the_pair_order_on_dev_and_evaluate_reads_it(tiny, tmp_
         assert main(["evaluate", "--model", out, "--data", pairs, *flags]) == 0
         printed = json.loads(capsys.readouterr().out)
         assert {key: printed[key] for key in ("accuracy", "f1")} == {key: expected[key] for key in ("accuracy", "f1")}
+
+
+def test_a_student_chooses_its_own_pair_order_unless_one_is_given(tiny, tmp_path, capsys):
+    """`distill` chooses the student's pair order on dev, as finetune chose the teacher's (the
+    teacher's choice was made on its own outputs); a --pair-order given is kept."""
+    pairs, bert, teacher = str(tiny / "pairs.tsv"), str(tiny / "bert"), str(tmp_path / "teacher")
+    finetune(pairs, pairs, bert, teacher, adapt_steps=0, options={"pair_order": "both"}, **TINY)
+    recipe = {key: TINY[key] for key in ("batch_size", "epochs", "dtype", "verbose")}
+
+    def stored(folder):
+        with open(tmp_path / folder / "kbert.json") as f:
+            return json.load(f)["task_settings"]["pair_order"]
+
+    capsys.readouterr()
+    chosen = distill(teacher, pairs, pairs, str(tmp_path / "chosen"), student=bert, **recipe)
+    assert f"the model reads pairs {'both ways' if chosen['pair_order'] == 'both' else 'as given'}" in (
+        capsys.readouterr().err
+    )
+    assert stored("chosen") == chosen["pair_order"] and {"given_order", "both_orders"} & set(chosen)
+    kept = distill(teacher, pairs, pairs, str(tmp_path / "kept"), student=bert, options={"pair_order": "both"},
+                   **recipe)
+    assert "pair_order" not in kept and "the model reads pairs" not in capsys.readouterr().err
+    assert stored("kept") == "both"
 
 
 def test_a_complete_adaptation_is_kept_for_the_run_that_resumes(tiny, tmp_path):

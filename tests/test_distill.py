@@ -428,6 +428,8 @@ def test_distill_question_answering(answerer, capsys):
     metrics = json.load(open(os.path.join(out, "metrics.json")))
     assert metrics["distillation"]["teacher_layers"] == [3] and np.isfinite(metrics["history"]["loss"]).all()
     assert printed["dev"]["n"] == metrics["n"] == len(examples)
+    # Its null threshold is chosen on dev for its own scores, not the teacher's kept.
+    assert "tuned_f1" in metrics and student.task.null_score_diff_threshold == metrics["null_score_diff_threshold"]
     assert main(["evaluate", "--model", out, "--data", answerer["data"]]) == 0
     figures = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert figures["f1"] == pytest.approx(metrics["f1"], abs=1e-6)

@@ -342,6 +342,20 @@ def test_pair_order_is_chosen_on_dev_only_when_both_score_higher():
     assert exit_status.value.code == 2
 
 
+def test_settings_chosen_on_dev_are_forgotten_for_another_model_unless_given():
+    """`untune`: what `tune` chose on a model's dev predictions (a pair order, a null threshold)
+    goes back to None for a student to choose; a value given stays, as do the other settings."""
+    pair = task_instance("text-pair-classification", {"labels": ["0", "1"], "pair_order": "both"})
+    pair.untune({"pair_order": None, "label_column": None})
+    assert pair.pair_order is None and pair.labels == ["0", "1"]
+    pair.pair_order = "both"
+    pair.untune({"pair_order": "both"})
+    assert pair.pair_order == "both"
+    answerer = task_instance("question-answering", SETTINGS["question-answering"])
+    answerer.untune()
+    assert answerer.null_score_diff_threshold is None and answerer.doc_stride == 4
+
+
 def test_cross_cosine_head_reads_each_text_as_sentence_transformers_does():
     """The cosine term of an untrained cross-cosine regressor (scale 1, offset 0) on
     packed pairs of the reference sentences is the cosine of sentence-transformers'

@@ -162,6 +162,13 @@ class Task(ConfigFields):
         self.config = self.config.merged(options, self.trained)
         self.configure()
 
+    def untune(self, given=None):
+        """Forgets the settings `tune` chose on another model's dev predictions
+        (`TaskConfig.untuned`), but those `given`: a student distilled from a
+        teacher chooses its own."""
+        self.config = self.config.untuned(given)
+        self.configure()
+
     def tune(self, examples, predictions, predict):
         """Settings chosen on the dev predictions after training (a threshold, the
         order a pair is read in), before the dev figures are computed and

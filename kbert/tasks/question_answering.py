@@ -75,7 +75,7 @@ class QuestionAnswering(Task):
         n_best_size: int = option("start and end candidates per window", squad.N_BEST_SIZE)
         null_score_diff_threshold: float = option(
             "SQuAD v2.0: answer nothing when the [CLS] score beats the best span's by more than "
-            "this (default: tuned on --dev by finetune, then the model's)",
+            "this (default: tuned on --dev by finetune, then the model's)", tuned=True,
         )
 
     recipe = RECIPE

@@ -31,7 +31,7 @@ from kbert.tasks.records import Option
 BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
 
-def option(help, default=None, choices=None, *, former=dataclasses.MISSING, built=False):
+def option(help, default=None, choices=None, *, former=dataclasses.MISSING, built=False, tuned=False):
     """A field that a flag sets.
 
     Args:
@@ -42,8 +42,11 @@ def option(help, default=None, choices=None, *, former=dataclasses.MISSING, buil
             (default: `default`).
         built: bool. It shapes the model (a head): a trained model refuses
             another value.
+        tuned: bool. Unless given, `Task.tune` chooses it on the model's dev
+            predictions (default None: not chosen yet); another model (a
+            distilled student) chooses it again (`TaskConfig.untuned`).
     """
-    metadata = {"help": help, "choices": choices, "flag": True, "built": built,
+    metadata = {"help": help, "choices": choices, "flag": True, "built": built, "tuned": tuned,
                 "former": default if former is dataclasses.MISSING else former}
     return dataclasses.field(default=default, metadata=metadata)
 
@@ -108,6 +111,14 @@ class TaskConfig:
                 )
             changes[name] = value
         return dataclasses.replace(self, **changes)
+
+    def untuned(self, given):
+        """This config with its `tuned` flags unset (None: `Task.tune` chooses them
+        again), but those `given` (name -> value or None: not given)."""
+        kept = {name for name, value in (given or {}).items() if value is not None}
+        return dataclasses.replace(self, **{
+            f.name: None for f in dataclasses.fields(self) if f.metadata.get("tuned") and f.name not in kept
+        })
 
     def to_dict(self):
         """Every field by name: what `kbert.json` stores (JSON values)."""

@@ -59,7 +59,7 @@ class TextPairClassification(ClassificationTask):
         pair_order: str = option(
             "read each pair as given, or both ways with the two softmaxes averaged, for labels the "
             "order does not change (paraphrase); default: the model's, which finetune chose on --dev",
-            None, PAIR_ORDERS, former="given",
+            None, PAIR_ORDERS, former="given", tuned=True,
         )
 
     recipe = RECIPE

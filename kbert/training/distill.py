@@ -277,7 +277,9 @@ def distill(
         temperature: float > 0. Softens the classifiers' distributions.
         alpha: float in [0, 1]. The weight of the gold targets' loss; the
             teacher's outputs take `1 - alpha`.
-        options: dict. Data options given (None: as the teacher was trained).
+        options: dict. Data options given (None: as the teacher was trained;
+            settings the teacher chose on dev, such as its null threshold or
+            the order it reads pairs in, the student chooses on `dev` again).
         sequence_length: int or None. Packed length; default the teacher's.
         batch_size, epochs, learning_rate, warmup_fraction, weight_decay,
         jit_compile, dtype, seed, overwrite, deterministic, verbose, log:
@@ -299,7 +301,8 @@ def distill(
     teacher_folder = ModelFolder.load(teacher)
     if sequence_length is not None:
         teacher_folder.set_sequence_length(sequence_length)
-    options = teacher_folder.use_options(options)
+    given = options
+    options = teacher_folder.use_options(given)
     task = teacher_folder.task
     loss = task.distillation_loss(temperature, alpha)
     if unlabelled is not None and not task.distills_unlabelled_text:
@@ -351,6 +354,10 @@ def distill(
         "teacher": teacher, "task": task.name, "student": student, "teacher_layers": kept,
         "temperature": temperature, "alpha": alpha,
     }
+    # What the teacher chose on its dev predictions (a null threshold, the order
+    # pairs are read in; its targets were made with them), the student chooses
+    # on its own, unless given.
+    task.untune(given)
     metrics = {
         **dev_figures(task, model, dev_examples, task.encode(dev_examples)),
         "teacher": teacher_figures,
