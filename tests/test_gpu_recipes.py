@@ -230,3 +230,93 @@ def test_adaptation_sequences_are_the_pipelines_packing(tmp_path):
                 for i in range(0, len(pieces) // body * body, body)]
     assert len(expected) >= 3
     assert rows.tolist() == expected
+
+
+SWAPPED_CHECK = r"""
+import json, os, sys
+os.environ["KERAS_BACKEND"] = "jax"
+sys.modules["tensorflow"] = None  # the GPU image has none
+sys.path.insert(0, os.path.join(sys.argv[1], "tools", "benchmarks"))
+import jax.numpy as jnp, numpy as np
+import gpu_recipes as g
+
+# [CLS] 5 6 [SEP] 7 [SEP] and [CLS] 8 [SEP] 9 9 9 [SEP], then padding.
+ids = np.array([[2, 5, 6, 3, 7, 3, 0, 0], [2, 8, 3, 9, 9, 9, 3, 0]], "int32")
+segments = np.array([[0, 0, 0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1, 1, 0]], "int32")
+dev = {"token_ids": jnp.asarray(ids), "segment_ids": jnp.asarray(segments),
+       "padding_mask": jnp.asarray(ids != 0), "targets": jnp.asarray([1, 0])}
+swapped = g.swapped_dev(dev)
+rng = np.random.default_rng(0)
+given, other = rng.normal(0, 3, (2, 5, 2)), rng.normal(0, 3, (2, 5, 2))
+softmax = lambda z: np.exp(z) / np.exp(z).sum(-1, keepdims=True)
+print(json.dumps({
+    "token_ids": np.asarray(swapped["token_ids"]).tolist(),
+    "segment_ids": np.asarray(swapped["segment_ids"]).tolist(),
+    "padding_mask": np.asarray(swapped["padding_mask"]).tolist(),
+    "targets": np.asarray(swapped["targets"]).tolist(),
+    "merged_error": float(np.abs(softmax(g.both_ways(given, other)) - (softmax(given) + softmax(other)) / 2).max()),
+}))
+"""
+
+
+def test_sweep_reads_dev_pairs_the_other_way_on_jax():
+    """gpu_recipes' other order of the dev pairs is `[CLS] b [SEP] a [SEP]` with its segments and
+    mask, and its merged outputs' softmax the mean of the two orders' (without TensorFlow)."""
+    result = subprocess.run([sys.executable, "-c", SWAPPED_CHECK, ROOT], capture_output=True, text=True,
+                            timeout=600, env={**os.environ, "KERAS_BACKEND": "jax"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["token_ids"] == [[2, 7, 3, 5, 6, 3, 0, 0], [2, 9, 9, 9, 3, 8, 3, 0]]
+    assert report["segment_ids"] == [[0, 0, 0, 1, 1, 1, 0, 0], [0, 0, 0, 0, 0, 1, 1, 0]]
+    assert report["padding_mask"] == [[True] * 6 + [False] * 2, [True] * 7 + [False]]
+    assert report["targets"] == [1, 0]
+    assert report["merged_error"] < 1e-6
+
+
+def test_report_scores_pairs_in_the_order_finetune_keeps(tmp_path):
+    """Where a sweep read the dev pairs both ways, each seed's figures are those `kbert
+    finetune` keeps: both ways only when their accuracy is higher, else as given."""
+    from kbert.tasks import get_task
+    from tests.task_harness import task_instance
+
+    report = load_tool("recipe_report")
+    labels = np.arange(40) % 2
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("sentence1\tsentence2\tlabel\n" + "".join(f"a{i}\tb{i}\t{y}\n" for i, y in enumerate(labels)))
+    task_class = get_task("text-pair-classification")
+    examples = task_class.read(str(dev), task_class.resolve_options({}))
+    make_task = lambda: task_instance("text-pair-classification", {"labels": ["0", "1"]})  # noqa: E731
+
+    def logits(right, margin):
+        """Logits right on the rows `right` by `margin`, wrong on the others by 1."""
+        signs = np.where(right, margin, -1.0)
+        return np.stack([-signs * (labels * 2 - 1), signs * (labels * 2 - 1)], axis=-1) / 2
+
+    given = logits(np.arange(40) < 30, 1.0)  # 30 of 40 right
+    mended = logits(np.arange(40) < 36, 4.0)  # the other order: 36, and surer, so the mean is right there too
+    spoiled = logits(np.arange(40) < 20, 4.0)  # 20, and surer: the mean follows it
+    softmax = lambda z: np.exp(z) / np.exp(z).sum(-1, keepdims=True)  # noqa: E731
+
+    figures, as_given, order = report.tuned_score(make_task, examples, given, mended)
+    mean = (softmax(given) + softmax(mended)) / 2
+    assert order == "both"
+    assert as_given["accuracy"] == 0.75
+    assert figures["accuracy"] == float((mean.argmax(-1) == labels).mean()) > 0.75
+
+    figures, as_given, order = report.tuned_score(make_task, examples, given, spoiled)
+    assert order == "given"
+    assert figures == as_given and figures["accuracy"] == 0.75
+
+
+def test_report_table_says_which_seeds_read_pairs_both_ways():
+    report = load_tool("recipe_report")
+    common = {"data": "mrpc", "task": "text-pair-classification", "epochs": 5, "learning_rate": 1e-4,
+              "adapt_steps": None, "figures": {"accuracy": [0.8, 0.01], "f1": [0.86, 0.01]}}
+    table = report.markdown({"candidates": [
+        {**common, "impl": "kbert", "pair_orders": ["both", "given", "both"],
+         "figures_as_given": {"accuracy": [0.79, 0.01], "f1": [0.85, 0.01]}},
+        {**common, "impl": "keras-hub"},
+    ]})
+    assert "| seeds read both ways | as given |" in table
+    assert "| kbert | 5 | 0.0001 | 0.8000 ± 0.0100 | 0.8600 ± 0.0100 | 2 of 3 | 0.7900 / 0.8500 |" in table
+    assert "| keras-hub | 5 | 0.0001 | 0.8000 ± 0.0100 | 0.8600 ± 0.0100 | — | — |" in table

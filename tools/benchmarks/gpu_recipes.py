@@ -23,8 +23,12 @@ seed's adapted encoder: 600 steps against 0, 1,200 (the recipe's), 2,400 and
 
 Each candidate's dev outputs come back (`predictions.npz`) and `--report`
 scores them here with each task's own `evaluate`; the JSON carries the
-GPU-side figures too. Candidates run in `PLAN`'s order and stop when
-`--budget-s` is spent, writing the JSON after each one.
+GPU-side figures too. kbert's text-pair classification reads its dev pairs
+both ways as well (`swap_pair`, as `--pair-order both` does): the other
+order's outputs come back beside them, and the report scores what `kbert
+finetune` keeps, the order dev chooses seed by seed. Candidates run in
+`PLAN`'s order and stop when `--budget-s` is spent, writing the JSON after
+each one.
 
     python tools/benchmarks/recipe_data.py --out runs/gpu-recipes --wheels   # here
     python tools/benchmarks/gpu_recipes.py --data runs/gpu-recipes --out $OUT  # on the GPU
@@ -49,14 +53,15 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from kbert.config import BertConfig  # noqa: E402
+from kbert.layers import mean_probability_logits, swap_pair  # noqa: E402
 from kbert.models import bert_classifier, bert_encoder, bert_pair_regressor, bert_pretrainer, bert_regressor  # noqa: E402
 from kbert.pretraining.adapt import LEARNING_RATE as ADAPT_LEARNING_RATE  # noqa: E402
 from kbert.pretraining.instances import DEFAULT_MASKED_LM_PROB, MASK_TOKEN_RATE  # noqa: E402
 from kbert.pretraining.dynamic_masking import RANDOM_TOKEN_RATE  # noqa: E402
 from kbert.recipes import Recipe  # noqa: E402
-from recipe_report import run_name  # noqa: E402  (how runs are keyed in predictions.npz)
+from recipe_report import SWAPPED, run_name  # noqa: E402  (how runs are keyed in predictions.npz)
 from kbert.tasks.classification import classification_metrics  # noqa: E402
-from kbert.tasks.text_pair_classification import POSITIVE_LABEL  # noqa: E402
+from kbert.tasks.text_pair_classification import POSITIVE_LABEL, TextPairClassification  # noqa: E402
 from kbert.tasks.text_pair_regression import regression_metrics  # noqa: E402
 from kbert.fitting.optimizers import (  # noqa: E402
     DEFAULT_EPSILON, DEFAULT_GLOBAL_CLIPNORM, DEFAULT_WEIGHT_DECAY, NO_DECAY, WarmupPolynomialDecay,
@@ -380,6 +385,18 @@ def dev_outputs(trainer, state, dev):
     return np.concatenate(chunks, axis=1)  # (seeds, rows, outputs)
 
 
+def swapped_dev(dev):
+    """The dev pairs read the other way, `[CLS] b [SEP] a [SEP]`, as kbert's
+    `--pair-order both` reads them beside the pairs as given."""
+    views = swap_pair(dev)
+    return {**views, "padding_mask": views["padding_mask"] != 0, "targets": dev["targets"]}
+
+
+def both_ways(outputs, swapped):
+    """Logits whose softmax is the mean of the two orders' (`merge_views`'s)."""
+    return np.asarray(mean_probability_logits([outputs, swapped]))
+
+
 def gpu_figures(outputs, targets, info):
     """Each seed's figures by the tasks' own metric functions (TensorFlow-free); the
     report rescores the outputs with each task's `evaluate`."""
@@ -438,6 +455,8 @@ def main():
         steps = -(-rows // BATCH_SIZE)
         regression = "labels" not in info["settings"]
         shape = (impl, info["task"], len(info["settings"].get("labels", ())), info["settings"].get("head"))
+        # kbert's pair classification, read both ways as the product may read it.
+        swapped = swapped_dev(dev) if impl == "kbert" and info["task"] == TextPairClassification.name else None
         if adapting:
             sequences = jnp.asarray(arrays[f"{key}.kbert.adapt.sequences.token_ids"].astype("int32"))
         for adapt_steps in adapt_grid:
@@ -478,9 +497,15 @@ def main():
                 if adapting:
                     run.update(adapt_steps=adapt_steps, adaptation=adaptation)
                 predictions[run_name(run)] = outputs.astype("float16")
+                printed = {"adapt_steps": adapt_steps, "mean": summary(run["figures"])}
+                if swapped is not None:
+                    other = dev_outputs(trainer, state, swapped)
+                    predictions[run_name(run) + SWAPPED] = other.astype("float16")
+                    run["both_ways_figures"] = gpu_figures(both_ways(outputs, other), np.asarray(dev["targets"]), info)
+                    printed["both_ways"] = summary(run["both_ways_figures"])
                 report["runs"].append(run)
                 print(json.dumps({k: run[k] for k in ("data", "impl", "epochs", "learning_rate", "seconds")}
-                                 | {"adapt_steps": adapt_steps, "mean": summary(run["figures"])}), flush=True)
+                                 | printed), flush=True)
                 report["elapsed_s"] = round(time.perf_counter() - start, 1)
                 with open(os.path.join(args.out, "gpu_recipes.json"), "w", encoding="utf-8") as f:
                     json.dump(report, f, indent=1)
@@ -503,8 +528,9 @@ def summary(figures):
 def table(report):
     lines = ["data           impl       ep  lr      adapt " + "mean figures over seeds"]
     for run in report["runs"]:
+        both = f"  both ways: {json.dumps(summary(run['both_ways_figures']))}" if "both_ways_figures" in run else ""
         lines.append(f"{run['data']:<14} {run['impl']:<10} {run['epochs']:<3} {run['learning_rate']:<7g} "
-                     f"{run.get('adapt_steps', 0):<5} " + json.dumps(summary(run["figures"])))
+                     f"{run.get('adapt_steps', 0):<5} " + json.dumps(summary(run["figures"])) + both)
     return "\n".join(lines)
 
 
