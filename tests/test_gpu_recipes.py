@@ -285,7 +285,7 @@ def test_report_scores_pairs_in_the_order_finetune_keeps(tmp_path):
     dev.write_text("sentence1\tsentence2\tlabel\n" + "".join(f"a{i}\tb{i}\t{y}\n" for i, y in enumerate(labels)))
     task_class = get_task("text-pair-classification")
     examples = task_class.read(str(dev), task_class.resolve_options({}))
-    make_task = lambda: task_instance("text-pair-classification", {"labels": ["0", "1"]})  # noqa: E731
+    task = task_instance("text-pair-classification", {"labels": ["0", "1"]})  # one for both seeds, as the report's
 
     def logits(right, margin):
         """Logits right on the rows `right` by `margin`, wrong on the others by 1."""
@@ -297,13 +297,13 @@ def test_report_scores_pairs_in_the_order_finetune_keeps(tmp_path):
     spoiled = logits(np.arange(40) < 20, 4.0)  # 20, and surer: the mean follows it
     softmax = lambda z: np.exp(z) / np.exp(z).sum(-1, keepdims=True)  # noqa: E731
 
-    figures, as_given, order = report.tuned_score(make_task, examples, given, mended)
+    figures, as_given, order = report.tuned_score(task, examples, given, mended)
     mean = (softmax(given) + softmax(mended)) / 2
     assert order == "both"
     assert as_given["accuracy"] == 0.75
     assert figures["accuracy"] == float((mean.argmax(-1) == labels).mean()) > 0.75
 
-    figures, as_given, order = report.tuned_score(make_task, examples, given, spoiled)
+    figures, as_given, order = report.tuned_score(task, examples, given, spoiled)
     assert order == "given"
     assert figures == as_given and figures["accuracy"] == 0.75
 

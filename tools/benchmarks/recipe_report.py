@@ -19,7 +19,6 @@ beside them.
 
 import argparse
 import contextlib
-import functools
 import io
 import json
 import math
@@ -63,16 +62,18 @@ def score(task, examples, outputs):
     return task.evaluate(examples, predictions)
 
 
-def tuned_score(make_task, examples, given, swapped):
+def tuned_score(task, examples, given, swapped):
     """The figures of one seed's dev outputs after the task's `tune` chose
-    between them as given and merged with the other order's, and its choice."""
-    task = make_task()
+    between them as given and merged with the other order's, and its choice;
+    the choice of an earlier seed is forgotten first (`Task.untune`)."""
+    task.untune()
     name = task.outputs[0]
-    merged = task.merge_views([{name: given.astype(np.float32)}, {name: swapped.astype(np.float32)}])
-    as_given = score(task, examples, given)
+    given = given.astype(np.float32)
+    merged = task.merge_views([{name: given}, {name: swapped.astype(np.float32)}])
+    predictions = task.decode(examples, None, {name: given})
+    as_given = task.evaluate(examples, predictions)
     with contextlib.redirect_stderr(io.StringIO()):  # its one line a seed
-        chosen = task.tune(examples, task.decode(examples, None, {name: given.astype(np.float32)}),
-                           lambda: task.decode(examples, None, {name: np.asarray(merged[name])}))
+        chosen = task.tune(examples, predictions, lambda: task.decode(examples, None, {name: np.asarray(merged[name])}))
     figures = as_given if chosen["pair_order"] == "given" else chosen
     return figures, as_given, chosen["pair_order"]
 
@@ -97,12 +98,11 @@ def main():
         sweep = json.load(f)
     checkpoint = load_hf_checkpoint(manifest["init"])
     tokenizer = WordPieceTokenizer(checkpoint.vocabulary, lowercase=checkpoint.lowercase)
-    tasks, examples, makers = {}, {}, {}
+    tasks, examples = {}, {}
     for key, info in manifest["tasks"].items():
         task_class = get_task(info["task"])
         examples[key] = task_class.read(info["dev_file"], task_class.resolve_options({}))
-        makers[key] = functools.partial(task_class, tokenizer, manifest["sequence_length"], **info["settings"])
-        tasks[key] = makers[key]()
+        tasks[key] = task_class(tokenizer, manifest["sequence_length"], **info["settings"])
 
     rows = []
     with np.load(os.path.join(args.sweep, "predictions.npz")) as predictions:
@@ -113,7 +113,7 @@ def main():
             dev = examples[key][: outputs.shape[1]]
             both_ways = {}
             if run_name(run) + SWAPPED in predictions.files:
-                tuned = [tuned_score(makers[key], dev, given, swapped)
+                tuned = [tuned_score(tasks[key], dev, given, swapped)
                          for given, swapped in zip(outputs, predictions[run_name(run) + SWAPPED])]
                 per_seed = [figures for figures, _, _ in tuned]
                 both_ways = {"as_given": [as_given for _, as_given, _ in tuned],
