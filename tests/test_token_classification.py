@@ -453,16 +453,16 @@ def test_served_documents_land_where_encode_reads_them(tmp_path, dev):
 
 
 def test_context_setting_and_former_folders(tmp_path):
-    """The context is stored with the model; a folder written before it read sentences alone."""
+    """The context is stored with the model (a new one reads documents); a folder written before it read sentences alone."""
     task = task_instance(NAME, SETTINGS)
     assert task.context == "sentence"
     task.use_options({"context": "document"})
     assert task.settings()["context"] == "document"
-    assert TASKS[NAME].resolve_options({})["context"] == "sentence"
-    assert task_instance(NAME, {"tags": TAGS}).context == "sentence"  # a new model's
+    assert TASKS[NAME].resolve_options({})["context"] == "document"
+    assert task_instance(NAME, {"tags": TAGS}).context == "document"  # a new model's
     config = TASKS[NAME].Config
     assert config.create(config.with_formers({"tags": SETTINGS["tags"]})).context == "sentence"
-    with pytest.raises(ValueError, match="context='page'; expected one of sentence, document"):
+    with pytest.raises(ValueError, match="context='page'; expected one of document, sentence"):
         task.use_options({"context": "page"})
     folder = ModelFolder.load(write_task_folder(tmp_path / "model", NAME, SETTINGS, TINY))
     folder.use_options({})
