@@ -453,7 +453,8 @@ def test_served_documents_land_where_encode_reads_them(tmp_path, dev):
 
 
 def test_context_setting_and_former_folders(tmp_path):
-    """The context is stored with the model (a new one reads documents); a folder written before it read sentences alone."""
+    """The context is stored with the model (a new one reads documents);
+    a folder written before it read sentences alone."""
     task = task_instance(NAME, SETTINGS)
     assert task.context == "sentence"
     task.use_options({"context": "document"})
