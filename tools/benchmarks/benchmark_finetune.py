@@ -7,29 +7,36 @@ own `AdamW`, the same update without kbert's fused kernel), batch, epochs,
 sequence length, dtype policy, seeds. kbert runs its product path
 (`kbert.training.finetune.finetune`, as `kbert finetune` does); keras-hub
 runs its own `BertTextClassifier` with its `BertTextClassifierPreprocessor`
-(which takes a tuple of two string tensors for sentence pairs). Both are
-scored by the task's own metrics (`Task.evaluate`). Baselines: the majority
-class (classification), TF-IDF + logistic regression (single texts), and
-the zero-shot cosine of the checkpoint's sentence embeddings (pair
-regression). Prints one JSON object; `--out FILE` writes it too.
+(which takes a tuple of two string tensors for sentence pairs; a score is
+its one output unit trained with mean squared error, as keras-nlp's GLUE
+script fits STS-B). Both are scored by the task's own metrics
+(`Task.evaluate`). Baselines: the majority class (classification), TF-IDF +
+logistic regression (single texts), the zero-shot cosine of the
+checkpoint's sentence embeddings (pair regression) and answering nothing
+(SQuAD 2.0). Prints one JSON object; `--out FILE` writes it too.
 
     python tools/benchmarks/benchmark_finetune.py --task text-pair-classification \\
         --train ../shared/data/glue-mrpc/train.tsv --dev ../shared/data/glue-mrpc/dev.tsv \\
         --impls kbert,keras-hub --seeds 0,1,2
     python tools/benchmarks/benchmark_finetune.py --task text-pair-regression \\
         --train ../shared/data/glue-stsb/train.tsv --dev ../shared/data/glue-stsb/dev.tsv \\
-        --impls kbert,kbert:head=cross --seeds 0,1,2
+        --impls kbert,kbert:head=cross,keras-hub --seeds 0,1,2
 
 Both run the task's recipe (`kbert finetune`'s defaults) unless `--epochs`,
 `--lr`, `--batch-size`, `--seq-len`, `--warmup` or `--weight-decay` say otherwise.
 
-Named entities have another peer, `transformers`: Hugging Face's
-`BertForTokenClassification` on PyTorch with run_ner.py's own recipe
-(`transformers_ner.py`, in a process of its own), against kbert's default:
+Named entities and question answering have another peer, `transformers`:
+Hugging Face's `BertForTokenClassification` with run_ner.py's own recipe
+(`transformers_ner.py`), or `BertForQuestionAnswering` with run_qa.py's
+(`transformers_qa.py`), on PyTorch in a process of its own, against kbert's
+default:
 
     python tools/benchmarks/benchmark_finetune.py --task token-classification \\
         --train ../shared/data/conll2003/train.txt --dev ../shared/data/conll2003/dev.txt \\
         --impls kbert,transformers --seeds 0,1,2 --baselines ""
+    python tools/benchmarks/benchmark_finetune.py --task question-answering \\
+        --train ../shared/data/squad-sample/normans-dev-v2.0.json \\
+        --dev ../shared/data/squad-sample/normans-dev-v2.0.json --impls kbert,transformers --seeds 0,1,2
 
 Each run also reports `train_loss`, the mean training loss of its last
 epoch, `mean_step_seconds`, its mean step after the first (and
@@ -73,13 +80,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, REPO)
 
 IMPLS = ("kbert", "keras-hub", "transformers")
-# The task each peer but keras-hub runs.
-PEER_TASKS = {"transformers": "token-classification"}
+# The tasks each peer but keras-hub runs: its script for each.
+PEER_TASKS = {"transformers": {"token-classification": "transformers_ner.py",
+                               "question-answering": "transformers_qa.py"}}
 # Diagnostics: kbert's model fed by keras-hub's input pipeline (its tokenizer
 # and packer, unbucketed batches padded to the sequence length, one shuffle of
 # the whole set per epoch), to tell the model's part in a gap from the input's.
 HYBRIDS = ("kbert-model-hub-input",)
-BASELINES = ("majority", "tfidf", "zero-shot-cosine")
+BASELINES = ("majority", "tfidf", "zero-shot-cosine", "no-answer")
 # kbert-only recipe options a variant may set: `kbert finetune` flag -> (its
 # `finetune` argument, the flag's type). They replace the command-line values.
 RECIPE_OPTIONS = {
@@ -145,8 +153,8 @@ def parse_args(argv=None):
         except argparse.ArgumentTypeError as error:
             parser.error(f"--impls {impl}: {error}")
     for impl in args.impls:
-        if impl in PEER_TASKS and args.task != PEER_TASKS[impl]:
-            parser.error(f"--impls {impl}: runs --task {PEER_TASKS[impl]} only")
+        if impl in PEER_TASKS and args.task not in PEER_TASKS[impl]:
+            parser.error(f"--impls {impl}: runs --task {' or '.join(PEER_TASKS[impl])} only")
     also_evaluate = {}
     for entry in args.also_evaluate:
         try:
@@ -307,15 +315,17 @@ def evaluate_with(args, folder):
 
 
 def run_transformers(args, seed):
-    """The named-entity peer (`transformers_ner.py`: run_ner.py's recipe on PyTorch),
-    in a process of its own: PyTorch and TensorFlow crash together in one process."""
+    """The task's transformers peer (`transformers_ner.py`, `transformers_qa.py`: the
+    example scripts' recipes on PyTorch), in a process of its own: PyTorch and
+    TensorFlow crash together in one process."""
     import subprocess
 
-    command = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "transformers_ner.py"),
+    script = PEER_TASKS["transformers"][args.task]
+    command = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), script),
                "--train", args.train, "--dev", args.dev, "--init", args.init, "--seed", str(seed)]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode:
-        raise RuntimeError(f"transformers_ner.py failed: {result.stderr.strip().splitlines()[-1:]}")
+        raise RuntimeError(f"{script} failed: {result.stderr.strip().splitlines()[-1:]}")
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     return {**figures["dev"], "fit_seconds": figures["train_seconds"], "recipe": figures["recipe"],
             "impl_version": figures["impl"]}
@@ -338,8 +348,11 @@ def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
     from kbert.training import make_optimizer
 
     settings = task_class.learn(train, args.train)
-    if "labels" not in settings:
-        raise ValueError(f"keras-hub has a classifier only; task {args.task!r} is not one")
+    # keras-hub has a classifier only; a score is its one output unit trained
+    # with mean squared error, as keras-nlp's own GLUE script fits STS-B.
+    regression = "labels" not in settings
+    if regression and "score_range" not in settings:
+        raise ValueError(f"keras-hub has a classifier only; task {args.task!r} is neither one nor a score")
     keras.utils.set_random_seed(seed)
     checkpoint = load_hf_checkpoint(args.init, dtype=args.dtype)
     task = task_class(WordPieceTokenizer(checkpoint.vocabulary), args.seq_len, **settings)
@@ -353,7 +366,7 @@ def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
         model = task.build_model(checkpoint.encoder, dtype=args.dtype)
     else:
         model = keras_hub.models.BertTextClassifier(
-            to_keras_hub(checkpoint.encoder, dtype=args.dtype), len(task.labels),
+            to_keras_hub(checkpoint.encoder, dtype=args.dtype), 1 if regression else len(task.labels),
             preprocessor=preprocessor, dtype=args.dtype,
         )
 
@@ -384,8 +397,12 @@ def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
             # without kbert's fused kernel.
             fused=False,
         ),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        **(
+            {"loss": keras.losses.MeanSquaredError(), "metrics": [keras.metrics.RootMeanSquaredError(name="rmse")]}
+            if regression else
+            {"loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+             "metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
+        ),
     )
     phases = fit_phases_callback()
     start = time.perf_counter()
@@ -397,8 +414,8 @@ def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
         )
     seconds = time.perf_counter() - start
     # Elements are 1-tuples: Keras reads an element (a, b) as (inputs, targets).
-    logits = model.predict(predict_ds, verbose=0)
-    metrics = task.evaluate(dev, softmax(np.asarray(logits, np.float32)))
+    outputs = np.asarray(model.predict(predict_ds, verbose=0), np.float32)
+    metrics = task.evaluate(dev, outputs.reshape(-1) if regression else softmax(outputs))
     return {
         **task.summary(metrics), "fit_seconds": round(seconds, 1),
         "train_loss": round(history.history["loss"][-1], 4),
@@ -430,7 +447,7 @@ def baselines(args, task_class, train, dev):
             classifier = LogisticRegression(max_iter=2000, C=10).fit(features, ids)
             probabilities = classifier.predict_proba(vectorizer.transform([e.texts[0] for e in dev]))
             results["tfidf_logistic_regression"] = task.summary(task.evaluate(dev, probabilities))
-    elif "zero-shot-cosine" in args.baselines and len(task_class.text_inputs) == 2:
+    elif "zero-shot-cosine" in args.baselines and "score_range" in settings:
         from kbert.checkpoints import load_hf_checkpoint
         from kbert.models import bert_embedder
         from kbert.text import BertPreprocessor
@@ -448,6 +465,11 @@ def baselines(args, task_class, train, dev):
         cosine = np.sum(sides[0] * sides[1], axis=-1)
         figures = regression_metrics(np.array([e.target for e in dev]), cosine)
         results["zero_shot_cosine"] = {k: v for k, v in figures.items() if k != "mse"}
+    elif "no-answer" in args.baselines and settings.get("version_2_with_negative"):
+        from kbert.tasks import squad_eval
+
+        figures = squad_eval.squad_v2_metrics([[a["text"] for a in e.answers] for e in dev], [""] * len(dev))
+        results["no_answer"] = {k: round(v, 2) for k, v in figures.items() if not k.endswith("total")}
     return results
 
 
