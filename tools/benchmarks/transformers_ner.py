@@ -5,7 +5,7 @@ Fine-tunes `BertForTokenClassification` on a CoNLL file as transformers'
 the label of each word on its first piece (the others ignored,
 `label_all_tokens` off), AdamW at 5e-5 with a linear decay and no warm-up,
 no weight decay, batch 8, 3 epochs, pieces up to the tokenizer's 512.
-Its `Trainer` needs `accelerate`; the loop here runs the same steps.
+Its `Trainer` needs `accelerate`; `transformers_peer.train` runs the same steps.
 Entities are scored on the dev file's words, as `kbert evaluate` scores
 them (`kbert.tasks.tagging.entity_metrics`, conlleval's counting).
 
@@ -18,26 +18,16 @@ It imports PyTorch, never TensorFlow (the two crash together in one process here
 `tools/benchmarks/benchmark_finetune.py --impls kbert,transformers` runs it beside `kbert finetune`.
 """
 
-import argparse
 import json
-import os
-import random
-import sys
-import time
 
-import numpy as np
 import torch
 import transformers
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, REPO)
-# kbert's checkpoint helpers import Keras: on JAX's CPU backend here, never TensorFlow.
-os.environ.setdefault("KERAS_BACKEND", "jax")
-os.environ["JAX_PLATFORMS"] = "cpu"
+import transformers_peer as peer  # before kbert: sets Keras on JAX's CPU backend
 
-from kbert.checkpoints.huggingface import resolve_checkpoint  # noqa: E402
-from kbert.tasks.conll import read_conll  # noqa: E402
-from kbert.tasks.tagging import entity_metrics  # noqa: E402
+from kbert.checkpoints.huggingface import resolve_checkpoint
+from kbert.tasks.conll import read_conll
+from kbert.tasks.tagging import entity_metrics
 
 # run_ner.py's defaults (transformers' TrainingArguments).
 RECIPE = {"epochs": 3, "learning_rate": 5e-5, "batch_size": 8, "weight_decay": 0.0, "max_length": 512}
@@ -67,31 +57,24 @@ def encode(tokenizer, sentences, label_ids):
     return rows
 
 
-def batches(rows, size, order, pad_id):
-    for start in range(0, len(order), size):
-        indices = order[start:start + size]
-        chosen = [rows[i] for i in indices]
-        width = max(len(row["input_ids"]) for row in chosen)
-        ids = torch.full((len(chosen), width), pad_id, dtype=torch.long)
-        labels = torch.full((len(chosen), width), IGNORED, dtype=torch.long)
-        mask = torch.zeros((len(chosen), width), dtype=torch.long)
-        for i, row in enumerate(chosen):
-            n = len(row["input_ids"])
-            ids[i, :n], labels[i, :n], mask[i, :n] = torch.tensor(row["input_ids"]), torch.tensor(row["labels"]), 1
-        yield indices, ids, mask, labels
+def batch(rows, indices, pad_id):
+    """The rows at `indices`, padded to the longest: ids, mask, labels."""
+    chosen = [rows[i] for i in indices]
+    width = max(len(row["input_ids"]) for row in chosen)
+    ids = torch.full((len(chosen), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(chosen), width), IGNORED, dtype=torch.long)
+    mask = torch.zeros((len(chosen), width), dtype=torch.long)
+    for i, row in enumerate(chosen):
+        n = len(row["input_ids"])
+        ids[i, :n], labels[i, :n], mask[i, :n] = torch.tensor(row["input_ids"]), torch.tensor(row["labels"]), 1
+    return ids, mask, labels
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--train", required=True)
-    parser.add_argument("--dev", required=True)
-    parser.add_argument("--init", default="all-minilm-l6-v2")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser = peer.arguments(__doc__)
     args = parser.parse_args(argv)
 
-    torch.set_num_threads(args.threads)
-    random.seed(args.seed), np.random.seed(args.seed), torch.manual_seed(args.seed)
+    peer.seed(args.seed, args.threads)
     train, dev = read_conll(args.train, True), read_conll(args.dev, True)
     labels = sorted({tag for sentence in train for tag in sentence.tags})
     label_ids = {label: i for i, label in enumerate(labels)}
@@ -108,26 +91,16 @@ def main(argv=None):
         folder, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label_ids)
     train_rows, dev_rows = encode(tokenizer, train, label_ids), encode(tokenizer, dev, label_ids)
 
-    steps = RECIPE["epochs"] * -(-len(train_rows) // RECIPE["batch_size"])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=RECIPE["learning_rate"],
-                                  weight_decay=RECIPE["weight_decay"])
-    schedule = transformers.get_linear_schedule_with_warmup(optimizer, 0, steps)
-    generator = torch.Generator().manual_seed(args.seed)
-    started = time.perf_counter()
-    model.train()
-    for _ in range(RECIPE["epochs"]):
-        order = torch.randperm(len(train_rows), generator=generator).tolist()
-        for _, ids, mask, target in batches(train_rows, RECIPE["batch_size"], order, tokenizer.pad_token_id):
-            loss = model(input_ids=ids, attention_mask=mask, labels=target).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # Trainer's max_grad_norm
-            optimizer.step(), schedule.step(), optimizer.zero_grad()
-    train_seconds = time.perf_counter() - started
+    def loss(indices):
+        ids, mask, labels = batch(train_rows, indices, tokenizer.pad_token_id)
+        return model(input_ids=ids, attention_mask=mask, labels=labels).loss
 
-    model.eval()
+    train_seconds = peer.train(model, len(train_rows), RECIPE, args.seed, loss)
     predicted = [None] * len(dev_rows)
     with torch.no_grad():
-        for indices, ids, mask, _ in batches(dev_rows, 64, list(range(len(dev_rows))), tokenizer.pad_token_id):
+        for start in range(0, len(dev_rows), 64):
+            indices = range(start, min(start + 64, len(dev_rows)))
+            ids, mask, _ = batch(dev_rows, indices, tokenizer.pad_token_id)
             best = model(input_ids=ids, attention_mask=mask).logits.argmax(-1).tolist()
             for index, row_best in zip(indices, best):
                 pieces = first_pieces(dev_rows[index]["word_ids"])

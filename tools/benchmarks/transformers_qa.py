@@ -11,7 +11,7 @@ answer or the question has none. Answers are `postprocess_qa_predictions`':
 the 20 best starts and ends of each window, spans of at most 30 pieces inside
 the context, against the lowest [CLS] score of the question's windows
 (`--version_2_with_negative`, null threshold 0). Its `Trainer` needs
-`accelerate`; the loop here runs the same steps. Scored by the official
+`accelerate`; `transformers_peer.train` runs the same steps. Scored by the official
 SQuAD 2.0 script's rules (`kbert.tasks.squad_eval`).
 
 Prints one JSON object: the dev figures at the null threshold tuned on dev
@@ -26,26 +26,17 @@ part in a gap from the implementation's. It imports PyTorch, never
 TensorFlow (the two crash together in one process here).
 """
 
-import argparse
 import json
-import os
-import random
-import sys
-import time
 
 import numpy as np
 import torch
 import transformers
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, REPO)
-# kbert's checkpoint helpers import Keras: on JAX's CPU backend here, never TensorFlow.
-os.environ.setdefault("KERAS_BACKEND", "jax")
-os.environ["JAX_PLATFORMS"] = "cpu"
+import transformers_peer as peer  # before kbert: sets Keras on JAX's CPU backend
 
-from kbert.checkpoints.huggingface import resolve_checkpoint  # noqa: E402
-from kbert.tasks import squad_eval  # noqa: E402
-from kbert.tasks.squad import read_squad_json  # noqa: E402
+from kbert.checkpoints.huggingface import resolve_checkpoint
+from kbert.tasks import squad_eval
+from kbert.tasks.squad import read_squad_json
 
 # run_qa.py's README command for SQuAD, and TrainingArguments' defaults.
 RECIPE = {"epochs": 2, "learning_rate": 3e-5, "batch_size": 12, "weight_decay": 0.0, "max_length": 384,
@@ -130,22 +121,16 @@ def figures(examples, texts, odds):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--train", required=True)
-    parser.add_argument("--dev", required=True)
-    parser.add_argument("--init", default="all-minilm-l6-v2")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = peer.arguments(__doc__)
     parser.add_argument("--epochs", type=int, help="default: run_qa.py's 2")
     parser.add_argument("--lr", type=float, help="default: run_qa.py's 3e-5")
     parser.add_argument("--batch-size", type=int, help="default: run_qa.py's 12")
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
     args = parser.parse_args(argv)
     for key, value in (("epochs", args.epochs), ("learning_rate", args.lr), ("batch_size", args.batch_size)):
         if value is not None:
             RECIPE[key] = value
 
-    torch.set_num_threads(args.threads)
-    random.seed(args.seed), np.random.seed(args.seed), torch.manual_seed(args.seed)
+    peer.seed(args.seed, args.threads)
     try:
         train, dev = read_squad_json(args.train), read_squad_json(args.dev)
         folder = resolve_checkpoint(args.init)
@@ -157,25 +142,11 @@ def main(argv=None):
     names = ("input_ids", "token_type_ids", "attention_mask", "start", "end")
     ids, segments, mask, starts, ends = tensors(train_rows, names)
 
-    size = RECIPE["batch_size"]
-    steps = RECIPE["epochs"] * -(-len(train_rows) // size)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=RECIPE["learning_rate"],
-                                  weight_decay=RECIPE["weight_decay"])
-    schedule = transformers.get_linear_schedule_with_warmup(optimizer, 0, steps)
-    generator = torch.Generator().manual_seed(args.seed)
-    started = time.perf_counter()
-    model.train()
-    for _ in range(RECIPE["epochs"]):
-        order = torch.randperm(len(train_rows), generator=generator)
-        for batch in order.split(size):
-            loss = model(input_ids=ids[batch], token_type_ids=segments[batch], attention_mask=mask[batch],
-                         start_positions=starts[batch], end_positions=ends[batch]).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # Trainer's max_grad_norm
-            optimizer.step(), schedule.step(), optimizer.zero_grad()
-    train_seconds = time.perf_counter() - started
+    def loss(batch):
+        return model(input_ids=ids[batch], token_type_ids=segments[batch], attention_mask=mask[batch],
+                     start_positions=starts[batch], end_positions=ends[batch]).loss
 
-    model.eval()
+    train_seconds = peer.train(model, len(train_rows), RECIPE, args.seed, loss)
     ids, segments, mask = tensors(dev_rows, names[:3])
     start_logits, end_logits = [], []
     with torch.no_grad():
