@@ -389,6 +389,11 @@ def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
             for ds in (train_ds, dev_ds, predict_ds)
         )
     steps = -(-len(train) // args.batch_size) * args.epochs
+    if regression:
+        loss, fit_metrics = keras.losses.MeanSquaredError(), [keras.metrics.RootMeanSquaredError(name="rmse")]
+    else:
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        fit_metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
     model.compile(
         optimizer=make_optimizer(
             "adamw", args.lr, steps, warmup_steps=int(args.warmup * steps),
@@ -397,12 +402,7 @@ def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
             # without kbert's fused kernel.
             fused=False,
         ),
-        **(
-            {"loss": keras.losses.MeanSquaredError(), "metrics": [keras.metrics.RootMeanSquaredError(name="rmse")]}
-            if regression else
-            {"loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-             "metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
-        ),
+        loss=loss, metrics=fit_metrics,
     )
     phases = fit_phases_callback()
     start = time.perf_counter()
