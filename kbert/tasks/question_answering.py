@@ -285,17 +285,12 @@ class QuestionAnswering(Task):
         tuned = dict(self.train_figures)  # what training_rows counted
         if not self.version_2_with_negative or self.null_score_diff_threshold is not None:
             return tuned
-        odds = [p["null_score_diff"] for p in predictions]
-        texts = [p["best"]["text"] if p["best"] else "" for p in predictions]
-        has_answer = [bool(e.answers) for e in examples]
-        f1 = [
-            max(squad_eval.f1_v2(a, text) for a in ([a["text"] for a in e.answers if squad_eval.normalize_answer(a["text"])] or [""]))
-            for e, text in zip(examples, texts)
-        ]
-        best, threshold = squad_eval.find_best_threshold(texts, f1, odds, has_answer)
-        abstaining = 100.0 * sum(not has for has in has_answer) / len(has_answer)
+        best, threshold, abstaining = squad_eval.tune_null_threshold(
+            [[a["text"] for a in e.answers] for e in examples],
+            [p["best"]["text"] if p["best"] else "" for p in predictions],
+            [p["null_score_diff"] for p in predictions],
+        )
         if best <= abstaining:
-            threshold = min(odds) - 1.0
             print(
                 f"kbert: warning: answering nothing scores best on the {len(examples)} dev questions (F1 "
                 f"{abstaining:.1f}, the share without an answer), so the model will answer none: it learned no "

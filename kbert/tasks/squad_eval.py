@@ -90,7 +90,7 @@ def squad_v2_metrics(golds, predictions, null_odds=None):
     exact_raw, f1_raw, has_answer = [], [], []
     for answers, prediction in zip(golds, predictions):
         has_answer.append(bool(answers))
-        gold = [a for a in answers if normalize_answer(a)] or [""]
+        gold = _scored_answers(answers)
         exact_raw.append(max(exact_v2(a, prediction) for a in gold))
         f1_raw.append(max(f1_v2(a, prediction) for a in gold))
     metrics = _eval_dict(exact_raw, f1_raw, range(len(golds)), "")
@@ -103,6 +103,35 @@ def squad_v2_metrics(golds, predictions, null_odds=None):
             best, threshold = find_best_threshold(predictions, raw, null_odds, has_answer)
             metrics[f"best_{name}"], metrics[f"best_{name}_thresh"] = best, threshold
     return metrics
+
+
+def _scored_answers(answers):
+    """The gold answers a prediction is scored against: those with text left after
+    normalising, or the empty answer when none has."""
+    return [a for a in answers if normalize_answer(a)] or [""]
+
+
+def tune_null_threshold(golds, texts, null_odds):
+    """The null-odds threshold of the best F1 when each question answers its best
+    span `texts[i]` unless its odds lie above the threshold (evaluate-v2.0.py's
+    sweep of `find_best_threshold`). When answering nothing scores as well, the
+    threshold goes below every odds, so that no question is answered.
+
+    Args:
+        golds: list of lists of str ([] for an unanswerable question).
+        texts: list of str. Each question's best span, "" where it has none.
+        null_odds: list of float. The null score minus that span's score.
+
+    Returns:
+        (best F1, threshold, F1 of answering nothing), the F1s in percent.
+    """
+    has_answer = [bool(answers) for answers in golds]
+    f1 = [max(f1_v2(a, text) for a in _scored_answers(answers)) for answers, text in zip(golds, texts)]
+    best, threshold = find_best_threshold(texts, f1, null_odds, has_answer)
+    abstaining = 100.0 * has_answer.count(False) / len(has_answer)
+    if best <= abstaining:
+        threshold = min(null_odds) - 1.0
+    return best, threshold, abstaining
 
 
 def _eval_dict(exact_raw, f1_raw, subset, prefix):

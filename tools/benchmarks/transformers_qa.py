@@ -86,8 +86,9 @@ def answers(examples, rows, start_logits, end_logits):
         example, offsets = row["example"], row["offsets"]
         if null[example] is None or starts[0] + ends[0] < null[example]:
             null[example] = starts[0] + ends[0]
+        best_ends = np.argsort(ends)[::-1][:top]
         for s in np.argsort(starts)[::-1][:top]:
-            for e in np.argsort(ends)[::-1][:top]:
+            for e in best_ends:
                 if offsets[s] is None or offsets[e] is None or e < s or e - s + 1 > RECIPE["max_answer_length"]:
                     continue
                 score = starts[s] + ends[e]
@@ -101,18 +102,13 @@ def answers(examples, rows, start_logits, end_logits):
 def figures(examples, texts, odds):
     """SQuAD 2.0's figures at the null threshold tuned on these questions, and at 0."""
     golds = [[a["text"] for a in e.answers] for e in examples]
-    has_answer = [bool(g) for g in golds]
 
     def at(threshold):
         predictions = ["" if o > threshold else t for t, o in zip(texts, odds)]
         metrics = squad_eval.squad_v2_metrics(golds, predictions)
         return {k: round(v, 2) for k, v in metrics.items() if not k.endswith("total")}
 
-    f1 = [max(squad_eval.f1_v2(a, t) for a in ([a for a in g if squad_eval.normalize_answer(a)] or [""]))
-          for g, t in zip(golds, texts)]
-    best, tuned = squad_eval.find_best_threshold(texts, f1, odds, has_answer)
-    if best <= 100.0 * has_answer.count(False) / len(has_answer):
-        tuned = min(odds) - 1.0  # answering nothing scores best, as `kbert finetune` then tunes it
+    _, tuned, _ = squad_eval.tune_null_threshold(golds, texts, odds)  # as `kbert finetune` tunes its own
     return {
         **at(tuned), "null_score_diff_threshold": round(tuned, 4),
         "threshold_0": at(RECIPE["null_score_diff_threshold"]),
