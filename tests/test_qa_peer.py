@@ -63,10 +63,20 @@ def test_the_benchmark_runs_the_qa_peer_beside_kbert_against_answering_nothing()
     assert nothing["HasAns_f1"] == 0.0 and nothing["NoAns_f1"] == 100.0
 
 
-def test_the_peer_refuses_a_checkpoint_it_cannot_find():
-    result = subprocess.run(
-        [sys.executable, os.path.join(TOOLS, "transformers_qa.py"), "--train", NORMANS, "--dev", NORMANS,
-         "--init", "no-such-bert"],
-        capture_output=True, text=True, timeout=300, check=False,
-    )
-    assert result.returncode == 2 and "checkpoint 'no-such-bert' is neither" in result.stderr, result.stderr[-1000:]
+def test_the_peer_refuses_bad_input_in_one_line(tmp_path):
+    """A checkpoint it cannot find, an answer not where the file says, a recipe
+    value out of range: exit 2 and one line, before any training."""
+    misplaced = tmp_path / "misplaced.json"
+    misplaced.write_text(json.dumps({"data": [{"paragraphs": [{"context": "abc", "qas": [
+        {"id": "q1", "question": "x?", "answers": [{"text": "zz", "answer_start": 0}]}]}]}]}), encoding="utf-8")
+    for given, message in (
+        (["--train", NORMANS, "--dev", NORMANS, "--init", "no-such-bert"], "checkpoint 'no-such-bert' is neither"),
+        (["--train", str(misplaced), "--dev", NORMANS],
+         f"{misplaced}: question 'q1': answer 'zz' is not at its answer_start=0"),
+        (["--train", NORMANS, "--dev", NORMANS, "--batch-size", "0"], "argument --batch-size: 0 is not a positive integer"),
+        (["--train", NORMANS, "--dev", NORMANS, "--lr", "-1"], "argument --lr: -1 is not a positive number"),
+    ):
+        result = subprocess.run([sys.executable, os.path.join(TOOLS, "transformers_qa.py"), *given],
+                                capture_output=True, text=True, timeout=300, check=False)
+        assert result.returncode == 2 and message in result.stderr, result.stderr[-1000:]
+        assert result.stdout == ""

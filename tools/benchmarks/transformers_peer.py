@@ -21,6 +21,8 @@ sys.path.insert(0, REPO)
 os.environ.setdefault("KERAS_BACKEND", "jax")
 os.environ["JAX_PLATFORMS"] = "cpu"
 
+from kbert.cliargs import positive_int  # noqa: E402
+
 
 def arguments(doc):
     """A parser of the flags every peer takes (`--train`, `--dev`, `--init`, `--seed`, `--threads`),
@@ -30,7 +32,7 @@ def arguments(doc):
     parser.add_argument("--dev", required=True)
     parser.add_argument("--init", default="all-minilm-l6-v2")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--threads", type=positive_int, default=os.cpu_count())
     return parser
 
 

@@ -35,6 +35,7 @@ import transformers
 import transformers_peer as peer  # before kbert: sets Keras on JAX's CPU backend
 
 from kbert.checkpoints.huggingface import resolve_checkpoint
+from kbert.cliargs import learning_rate, positive_int
 from kbert.tasks import squad_eval
 from kbert.tasks.squad import read_squad_json
 
@@ -118,9 +119,9 @@ def figures(examples, texts, odds):
 
 def main(argv=None):
     parser = peer.arguments(__doc__)
-    parser.add_argument("--epochs", type=int, help="default: run_qa.py's 2")
-    parser.add_argument("--lr", type=float, help="default: run_qa.py's 3e-5")
-    parser.add_argument("--batch-size", type=int, help="default: run_qa.py's 12")
+    parser.add_argument("--epochs", type=positive_int, help="default: run_qa.py's 2")
+    parser.add_argument("--lr", type=learning_rate, help="default: run_qa.py's 3e-5")
+    parser.add_argument("--batch-size", type=positive_int, help="default: run_qa.py's 12")
     args = parser.parse_args(argv)
     for key, value in (("epochs", args.epochs), ("learning_rate", args.lr), ("batch_size", args.batch_size)):
         if value is not None:
