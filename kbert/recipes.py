@@ -56,14 +56,7 @@ class Recipe:
 DISTILLATION = Recipe(epochs=3, learning_rate=1e-4, batch_size=32, sequence_length=None)
 
 
-def check_adaptation(adapt_steps, deterministic):
-    """Raises `ValueError` naming `adapt_steps` if it is not a count, or if it
-    asks for adaptation in a `deterministic` run: adaptation masks text with
-    random ops that TensorFlow's op determinism refuses."""
+def check_adaptation(adapt_steps):
+    """Raises `ValueError` naming `adapt_steps` if it is not a count of steps."""
     if not isinstance(adapt_steps, int) or adapt_steps < 0:
         raise ValueError(f"adapt_steps={adapt_steps!r}; expected an integer of 0 or more")
-    if adapt_steps and deterministic:
-        raise ValueError(
-            f"deterministic=True (--deterministic) with adapt_steps={adapt_steps} (--adapt-steps): adaptation "
-            "masks the training text with random ops that op determinism refuses; pass adapt_steps=0 (--adapt-steps 0)"
-        )

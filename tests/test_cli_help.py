@@ -209,8 +209,6 @@ EARLY_REFUSALS = [
      "--out mine exists and is not empty; choose a new folder"),
     ("pretrain --corpus given.txt --vocab given.txt --config bert_tiny --steps 1 --out given.txt",
      "--out given.txt is --corpus given.txt, which this command reads; choose another --out"),
-    ("pretrain --corpus given.txt --vocab given.txt --config bert_tiny --steps 1 --out runs/p --deterministic",
-     "--deterministic needs --records: masking --corpus on the fly is not"),
 ]
 
 

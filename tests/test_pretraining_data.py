@@ -241,6 +241,25 @@ def test_dynamic_masking_draws_new_masks_each_pass(corpus, vocabulary):
     assert 0.7 < share_masked < 0.9 and 0.03 < share_kept < 0.2
 
 
+@pytest.mark.parametrize("whole_word_masking", [False, True])
+def test_dynamic_masking_draws_the_same_masks_from_the_same_seed(corpus, vocabulary, whole_word_masking):
+    """Each batch's choice is one random draw, so the seed alone fixes the masks: tf-text's
+    `RandomItemSelector` shuffles row by row in parallel iterations, in the order their
+    threads run, and gave other masks from the same seed."""
+    import keras
+
+    lines = [line for document in corpus[1] for line in document]
+
+    def masks():
+        keras.utils.set_random_seed(0)
+        dataset = make_dynamic_masking_dataset(
+            lines, vocabulary, 16, 24, 5, shuffle_buffer=0, whole_word_masking=whole_word_masking
+        )
+        return np.stack([features["token_ids"].numpy() for features, _, _ in dataset.take(40)])
+
+    np.testing.assert_array_equal(masks(), masks())
+
+
 def test_dynamic_whole_word_masking_predicts_every_piece_of_a_chosen_word(corpus):
     lines = [line for document in corpus[1] for line in document]
     # Small enough that many words are split into pieces.

@@ -120,10 +120,6 @@ def check_pretrain(args):
             f"--init {args.config}: no such checkpoint folder, packaged checkpoint "
             f"({', '.join(sorted(PACKAGED_CHECKPOINTS))}), preset (such as bert_mini) or BertConfig .json file"
         )
-    if args.corpus and args.deterministic:
-        # tf-text's RandomItemSelector draws masks with unseeded random ops,
-        # which TensorFlow's op determinism refuses.
-        raise CliError("--deterministic needs --records: masking --corpus on the fly is not")
     if args.records and args.whole_word_masking:
         raise CliError(
             "--whole-word-masking needs --corpus: records carry their masks "
@@ -135,13 +131,15 @@ def check_pretrain(args):
 
 
 def cmd_pretrain(args):
+    import keras
+
+    from kbert.fitting.distribute import get_strategy
     from kbert.pretraining import (
         make_dynamic_masking_dataset,
         make_pretraining_dataset,
         pretrain,
         read_metadata,
     )
-    from kbert.fitting.distribute import get_strategy
 
     vocab = _pretraining_vocab(args)
     lowercase = not args.cased
@@ -165,6 +163,9 @@ def cmd_pretrain(args):
             args.records, args.batch_size, seq_len=args.seq_len, seed=args.seed
         )
     else:
+        # Seeded before the pipeline is built, whose masking ops take their
+        # seeds then: --seed fixes the masks too.
+        keras.utils.set_random_seed(args.seed)
         train = make_dynamic_masking_dataset(
             args.corpus,
             vocab,

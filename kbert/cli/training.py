@@ -23,7 +23,7 @@ from kbert.cliargs import (
 from kbert.cliio import print_json
 from kbert.config import check_init
 from kbert.modelfolder import check_model_out, check_student_out
-from kbert.recipes import DISTILLATION, check_adaptation
+from kbert.recipes import DISTILLATION
 from kbert.tasks import DEFAULT_TASK, TASKS, get_task
 
 
@@ -32,7 +32,6 @@ def check_finetune(args):
     them again: its --init and --out, then its data (each bad row named by file and line)."""
     check_init(args.init, args.vocab)
     task = get_task(args.task)
-    check_adaptation(task.recipe.override(adapt_steps=args.adapt_steps).adapt_steps, args.deterministic)
     inputs = {"--train": args.train, "--dev": args.dev, "--init": args.init, "--vocab": args.vocab}
     check_model_out(args.out, args.overwrite, inputs)
     task.read_training(args.train, args.dev, _finetune_options(args))

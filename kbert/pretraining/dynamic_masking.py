@@ -3,8 +3,8 @@
 RoBERTa's dynamic masking (Liu et al., 2019): instead of masks fixed once in
 TFRecords (`dupe_factor` copies), a `tf.data` pipeline tokenizes the text,
 packs it into full-length sequences and masks them on the fly with tf-text's
-`RandomItemSelector` and `MaskValuesChooser`, so every pass over the corpus
-sees new masks. Sequences are single segments of contiguous text (no
+`mask_language_model` and `MaskValuesChooser`, so every pass over the corpus
+sees new masks; the same seed gives the same masks in any process. Sequences are single segments of contiguous text (no
 next-sentence pairs, as in RoBERTa): the next-sentence outputs get weight 0.
 
 With `whole_word_masking`, the items chosen are words (a piece and the `##`
@@ -60,7 +60,8 @@ def make_dynamic_masking_dataset(
             under a global seed (`keras.utils.set_random_seed`) TensorFlow
             replays the same masks.
         seed: int or None. Seed of the sequence shuffle. The masks come from
-            TensorFlow's random ops, reproducible under `tf.random.set_seed`.
+            TensorFlow's random ops, reproducible under `tf.random.set_seed`
+            (`keras.utils.set_random_seed`), across processes too.
         whole_word_masking: bool. Choose whole words, as google-research/bert
             does: words are taken in random order when their pieces still fit
             the sequence's budget of `ceil(masked_lm_prob * maskable tokens)`,
@@ -122,7 +123,7 @@ def make_dynamic_masking_dataset(
             return group_words(ids, continuation)
 
     else:
-        selector_class = tf_text.RandomItemSelector
+        selector_class = _piece_selector_class()
         to_items = tf.RaggedTensor.from_tensor
     selector = selector_class(
         max_selections_per_batch=max_predictions,
@@ -198,6 +199,34 @@ def group_words(ids, continuation):
     word_of_piece = tf.cumsum(tf.cast(tf.reshape(starts, [-1]), tf.int64)) - 1
     pieces = tf.RaggedTensor.from_value_rowids(tf.reshape(ids, [-1]), word_of_piece)
     return tf.RaggedTensor.from_row_lengths(pieces, tf.reduce_sum(tf.cast(starts, tf.int64), 1))
+
+
+def _piece_selector_class():
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+
+    class PieceSelector(tf_text.RandomItemSelector):
+        """Chooses pieces of a `[rows, (pieces)]` batch as `RandomItemSelector`
+        does: `ceil(selection_rate x` a row's selectable pieces`)`, at most
+        `max_selections_per_batch`, uniformly at random; but from one random
+        draw for the whole batch. tf-text's shuffles each row in a `map_fn`
+        whose parallel iterations take turns at one random state in the order
+        their threads run: the same seed gave other masks in another process."""
+
+        def get_selection_mask(self, input_ids, axis):
+            selectable = self.get_selectable(input_ids, axis)
+            dense = selectable.to_tensor(False)
+            budget = tf.minimum(
+                tf.math.ceil(tf.reduce_sum(tf.cast(dense, tf.float32), 1) * self.selection_rate),
+                float(self.max_selections_per_batch),
+            )
+            # A random order of each row's selectable pieces (the rest last); the first `budget` are chosen.
+            priority = tf.where(dense, tf.random.uniform(tf.shape(dense)), 2.0)
+            rank = tf.argsort(tf.argsort(priority, axis=1), axis=1)
+            chosen = tf.cast(rank, tf.float32) < budget[:, tf.newaxis]
+            return tf.RaggedTensor.from_tensor(chosen, lengths=selectable.row_lengths())
+
+    return PieceSelector
 
 
 def _whole_word_selector_class():

@@ -200,7 +200,7 @@ def finetune(
         adapt_steps=adapt_steps,
     )
     check_training_numbers(recipe.batch_size, recipe.epochs, recipe.learning_rate)
-    check_adaptation(recipe.adapt_steps, deterministic)
+    check_adaptation(recipe.adapt_steps)
     check_callbacks(callbacks)
     if isinstance(strategy, str) and strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
