@@ -4,8 +4,9 @@ RoBERTa's dynamic masking (Liu et al., 2019): instead of masks fixed once in
 TFRecords (`dupe_factor` copies), a `tf.data` pipeline tokenizes the text,
 packs it into full-length sequences and masks them on the fly with tf-text's
 `mask_language_model` and `MaskValuesChooser`, so every pass over the corpus
-sees new masks; the same seed gives the same masks in any process. Sequences are single segments of contiguous text (no
-next-sentence pairs, as in RoBERTa): the next-sentence outputs get weight 0.
+sees new masks, the same in any process for a seed. Sequences are single
+segments of contiguous text (no next-sentence pairs, as in RoBERTa): the
+next-sentence outputs get weight 0.
 
 With `whole_word_masking`, the items chosen are words (a piece and the `##`
 pieces after it, as google-research/bert groups them), and a chosen word has
@@ -207,11 +208,11 @@ def _piece_selector_class():
 
     class PieceSelector(tf_text.RandomItemSelector):
         """Chooses pieces of a `[rows, (pieces)]` batch as `RandomItemSelector`
-        does: `ceil(selection_rate x` a row's selectable pieces`)`, at most
-        `max_selections_per_batch`, uniformly at random; but from one random
-        draw for the whole batch. tf-text's shuffles each row in a `map_fn`
-        whose parallel iterations take turns at one random state in the order
-        their threads run: the same seed gave other masks in another process."""
+        does (in each row, `selection_rate` of its selectable pieces rounded up,
+        at most `max_selections_per_batch`, uniformly at random), but from one
+        random draw for the whole batch. tf-text's shuffles each row in a
+        `map_fn` whose parallel iterations take turns at one random state in
+        the order their threads run: the same seed gave other masks."""
 
         def get_selection_mask(self, input_ids, axis):
             selectable = self.get_selectable(input_ids, axis)
