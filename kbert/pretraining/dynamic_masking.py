@@ -116,17 +116,9 @@ def make_dynamic_masking_dataset(
         dataset = dataset.shuffle(shuffle_buffer, seed=seed)
     dataset = dataset.batch(batch_size, drop_remainder=True)
 
-    if whole_word_masking:
-        continuation = tf.constant([token.startswith("##") for token in vocabulary])
-        selector_class = _whole_word_selector_class()
-
-        def to_items(ids):
-            return group_words(ids, continuation)
-
-    else:
-        selector_class = _piece_selector_class()
-        to_items = tf.RaggedTensor.from_tensor
-    selector = selector_class(
+    # Without whole words, each piece is a word of its own.
+    continuation = tf.constant([whole_word_masking and token.startswith("##") for token in vocabulary])
+    selector = _word_selector_class()(
         max_selections_per_batch=max_predictions,
         selection_rate=masked_lm_prob,
         unselectable_ids=[cls_id, sep_id, pad_id],
@@ -143,8 +135,8 @@ def make_dynamic_masking_dataset(
         ids = tf.concat(
             [tf.fill([rows, 1], cls_id), body, tf.fill([rows, 1], sep_id)], axis=1
         )
-        # masked: [rows, (tokens)] either way; positions index the tokens.
-        masked, positions, labels = tf_text.mask_language_model(to_items(ids), selector, chooser)
+        # masked: [rows, (tokens)]; positions index the tokens.
+        masked, positions, labels = tf_text.mask_language_model(group_words(ids, continuation), selector, chooser)
         shape = [None, max_predictions]
         features = {
             "token_ids": masked.to_tensor(shape=[None, seq_len]),
@@ -202,40 +194,18 @@ def group_words(ids, continuation):
     return tf.RaggedTensor.from_row_lengths(pieces, tf.reduce_sum(tf.cast(starts, tf.int64), 1))
 
 
-def _piece_selector_class():
+def _word_selector_class():
     import tensorflow as tf
     import tensorflow_text as tf_text
 
-    class PieceSelector(tf_text.RandomItemSelector):
-        """Chooses pieces of a `[rows, (pieces)]` batch as `RandomItemSelector`
-        does (in each row, `selection_rate` of its selectable pieces rounded up,
-        at most `max_selections_per_batch`, uniformly at random), but from one
-        random draw for the whole batch. tf-text's shuffles each row in a
-        `map_fn` whose parallel iterations take turns at one random state in
-        the order their threads run: the same seed gave other masks."""
-
-        def get_selection_mask(self, input_ids, axis):
-            selectable = self.get_selectable(input_ids, axis)
-            dense = selectable.to_tensor(False)
-            budget = tf.minimum(
-                tf.math.ceil(tf.reduce_sum(tf.cast(dense, tf.float32), 1) * self.selection_rate),
-                float(self.max_selections_per_batch),
-            )
-            # A random order of each row's selectable pieces (the rest last); the first `budget` are chosen.
-            priority = tf.where(dense, tf.random.uniform(tf.shape(dense)), 2.0)
-            rank = tf.argsort(tf.argsort(priority, axis=1), axis=1)
-            chosen = tf.cast(rank, tf.float32) < budget[:, tf.newaxis]
-            return tf.RaggedTensor.from_tensor(chosen, lengths=selectable.row_lengths())
-
-    return PieceSelector
-
-
-def _whole_word_selector_class():
-    import tensorflow as tf
-    import tensorflow_text as tf_text
-
-    class WholeWordSelector(tf_text.RandomItemSelector):
-        """Chooses words of a `[rows, (words), (pieces)]` batch within a piece budget."""
+    class WordSelector(tf_text.RandomItemSelector):
+        """Chooses words of a `[rows, (words), (pieces)]` batch within a piece budget,
+        from one random draw for the whole batch. (tf-text's own selector shuffles
+        each row in a `map_fn` whose parallel iterations take turns at one random
+        state in the order their threads run: the same seed gave other masks.)
+        Words of one piece each make it `RandomItemSelector`'s choice: in each row,
+        `selection_rate` of its selectable pieces rounded up, at most
+        `max_selections_per_batch`, uniformly at random."""
 
         def get_selection_mask(self, input_ids, axis):
             selectable = self.get_selectable(input_ids, axis)
@@ -259,4 +229,4 @@ def _whole_word_selector_class():
             chosen = tf.gather(taken, tf.argsort(order, axis=1), batch_dims=1)
             return tf.RaggedTensor.from_tensor(chosen, lengths=selectable.row_lengths())
 
-    return WholeWordSelector
+    return WordSelector
