@@ -26,6 +26,9 @@ class Recipe:
         adapt_steps: int. Masked-LM steps on the training texts before
             fine-tuning (task-adaptive pretraining, `kbert.pretraining.adapt`);
             0: none.
+        probe_head: bool. Start the head as a linear probe: a logistic
+            regression fitted on the frozen encoder's vectors of the training
+            texts, then fine-tune everything (`kbert.training.probe`).
 
     The data options a recipe was measured with (text classification's
     `--truncate head_tail`) are those options' defaults (`Task.options`).
@@ -39,6 +42,7 @@ class Recipe:
     warmup_fraction: float = 0.1
     weight_decay: float = 0.01
     adapt_steps: int = 0
+    probe_head: bool = False
 
     def override(self, **values):
         """This recipe with each value given (not None) in place of its own.
@@ -60,3 +64,15 @@ def check_adaptation(adapt_steps):
     """Raises `ValueError` naming `adapt_steps` if it is not a count of steps."""
     if not isinstance(adapt_steps, int) or adapt_steps < 0:
         raise ValueError(f"adapt_steps={adapt_steps!r}; expected an integer of 0 or more")
+
+
+def check_probe(task_class, probe_head):
+    """Raises `ValueError` if `probe_head` is set for a task whose head is not a
+    classifier on one vector per row (`Objective.linear_probe`), or is not a bool."""
+    if not isinstance(probe_head, bool):
+        raise ValueError(f"probe_head={probe_head!r}; expected True or False")
+    if probe_head and not task_class.objective.linear_probe:
+        raise ValueError(
+            f"probe_head=True: task {task_class.name!r} has no classifier head on the pooled [CLS] "
+            "vector to start as a linear probe (text-classification and text-pair-classification have)"
+        )

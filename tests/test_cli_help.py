@@ -22,7 +22,7 @@ ROOT = os.path.join(os.path.dirname(__file__), "..")
 INPUTS = {"--input", "--corpus", "--queries", "--records", "--model"}
 # The recipes measured best, as the docs report them (tasks' pages, README's Results).
 RECIPES = {
-    "text-classification": Recipe(epochs=2, learning_rate=1e-4, batch_size=32, sequence_length=128),
+    "text-classification": Recipe(epochs=2, learning_rate=1e-4, batch_size=32, sequence_length=128, probe_head=True),
     "text-pair-classification": Recipe(
         epochs=5, learning_rate=1e-4, batch_size=32, sequence_length=128, adapt_steps=1200
     ),
@@ -269,6 +269,8 @@ def test_finetune_help_shows_each_tasks_recipe():
     assert "question-answering: 3e-4)" in text and "question-answering: 384)" in text
     assert "--warmup WARMUP share of the steps warming up; default: the task's recipe (text-classification: 0.1;" \
         in text
+    assert "--probe-head, --no-probe-head start the head as a logistic regression" in text
+    assert "(text-classification: on; text-pair-classification: off;" in text
     assert "(default: auto)" in text
 
 

@@ -243,10 +243,19 @@ def test_diverged_training_exits_non_zero_and_writes_no_model(tmp_path, small_cs
     train, dev = small_csvs
     out = tmp_path / "model"
     err = error_of(["finetune", "--train", train, "--dev", dev, "--init", corrupt_checkpoint,
-                    "--seq-len", "32", "--batch-size", "8", "--epochs", "1", "--out", str(out)],
+                    "--seq-len", "32", "--batch-size", "8", "--epochs", "1", "--out", str(out), "--no-probe-head"],
                    capsys, after_progress=True)
     assert "training diverged: the loss is nan at epoch 1, step 1" in err
     assert os.listdir(tmp_path) == []  # no model, no staging, nothing to resume from
+
+
+def test_broken_weights_stop_the_linear_probe_before_training(tmp_path, small_csvs, corrupt_checkpoint, capsys):
+    train, dev = small_csvs
+    err = error_of(["finetune", "--train", train, "--dev", dev, "--init", corrupt_checkpoint,
+                    "--seq-len", "32", "--batch-size", "8", "--epochs", "1", "--out", str(tmp_path / "model")],
+                   capsys, after_progress=True)
+    assert "the encoder gives non-finite vectors (NaN or infinity) before any training" in err
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,8 @@ a bad `--init`, `--teacher` or `--out` before it loads (`check_finetune`,
 `check_distill`), and finetune its bad data too.
 """
 
+import argparse
+
 from kbert.cliargs import (
     DEBIAN,
     add_command,
@@ -23,7 +25,7 @@ from kbert.cliargs import (
 from kbert.cliio import print_json
 from kbert.config import check_init
 from kbert.modelfolder import check_model_out, check_student_out
-from kbert.recipes import DISTILLATION
+from kbert.recipes import DISTILLATION, check_probe
 from kbert.tasks import DEFAULT_TASK, TASKS, get_task
 
 
@@ -32,6 +34,8 @@ def check_finetune(args):
     them again: its --init and --out, then its data (each bad row named by file and line)."""
     check_init(args.init, args.vocab)
     task = get_task(args.task)
+    if args.probe_head is not None:
+        check_probe(task, args.probe_head)
     inputs = {"--train": args.train, "--dev": args.dev, "--init": args.init, "--vocab": args.vocab}
     check_model_out(args.out, args.overwrite, inputs)
     task.read_training(args.train, args.dev, _finetune_options(args))
@@ -59,6 +63,7 @@ def cmd_finetune(args):
         warmup_fraction=args.warmup,
         weight_decay=args.weight_decay,
         adapt_steps=args.adapt_steps,
+        probe_head=args.probe_head,
         layer_decay=args.layer_decay,
         ema_momentum=args.ema,
         reinit_pooler=args.reinit_pooler,
@@ -127,6 +132,10 @@ def _recipe_default(tasks, field, show=str):
     return f"default: the task's recipe ({values})"
 
 
+def _on_off(value):
+    return "on" if value else "off"
+
+
 def _add_training_arguments(p, tasks=None):
     """What `finetune` and `distill` both take: the recipe, how the run goes, the output.
 
@@ -163,6 +172,11 @@ def _add_training_arguments(p, tasks=None):
             "--adapt-steps", type=count, metavar="N",
             help="masked-LM steps on the training texts before fine-tuning (task-adaptive "
             "pretraining), 0 for none; " + _recipe_default(tasks, "adapt_steps"),
+        )
+        recipe.add_argument(
+            "--probe-head", action=argparse.BooleanOptionalAction, default=None,
+            help="start the head as a logistic regression on the frozen encoder's [CLS] vectors "
+            "(a linear probe), then fine-tune all; " + _recipe_default(tasks, "probe_head", _on_off),
         )
     else:
         recipe.add_argument(

@@ -91,11 +91,15 @@ def check_rows(features):
         raise ValueError("no examples to run the model on")
 
 
+class NonFiniteOutputs(ValueError):
+    """A model gave NaN or infinity: its weights are broken."""
+
+
 def check_finite(outputs):
-    """`outputs` (a dict of arrays), or `ValueError` if one holds NaN or infinity."""
+    """`outputs` (a dict of arrays), or `NonFiniteOutputs` if one holds NaN or infinity."""
     bad = [name for name, value in outputs.items() if not np.all(np.isfinite(value))]
     if bad:
-        raise ValueError(
+        raise NonFiniteOutputs(
             f"the model gives non-finite {bad[0]} (NaN or infinity): its weights are "
             "broken (diverged training?)"
         )

@@ -38,6 +38,9 @@ class Objective:
     # True if the head comes from the checkpoint (`load_pretrained(..., heads=True)`):
     # `build_model` is then given its `bert_pretrainer`.
     pretrained_heads = False
+    # True if the head is a softmax Dense on one vector per row, which
+    # `kbert.training.probe` can fit first as a logistic regression.
+    linear_probe = False
 
     def build_model(self, task, encoder_or_config, dtype=None):
         """The task's model on `ENCODER_INPUTS`: the encoder and a float32 head layer named "head"."""
@@ -61,6 +64,8 @@ class Objective:
 
 class Classes(Objective):
     """One of the names in the task's `field` (a `Config` list) per row, from the pooled [CLS]."""
+
+    linear_probe = True
 
     def __init__(self, field="labels"):
         self.field = field

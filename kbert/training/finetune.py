@@ -22,8 +22,9 @@ from kbert.config import check_init
 from kbert.hardware import log_dtype
 from kbert.modelfolder import check_model_out, write_model_folder
 from kbert.pretraining.adapt import adapt, adaptation_text
-from kbert.recipes import check_adaptation
+from kbert.recipes import check_adaptation, check_probe
 from kbert.tasks import DEFAULT_TASK, get_task
+from kbert.tasks.inference import NonFiniteOutputs
 from kbert.training.batching import eval_dataset, train_dataset, training_bucket_width
 from kbert.text import WordPieceTokenizer, load_vocab
 from kbert.fitting.distribute import (
@@ -35,6 +36,7 @@ from kbert.fitting.distribute import (
 )
 from kbert.fitting.backup import AtomicBackup, PendingInterrupt
 from kbert.fitting.optimizers import layerwise_multipliers, make_optimizer
+from kbert.training.probe import probe_head as fit_probe
 
 # Training-curve points kept per epoch in metrics.json.
 CURVE_POINTS_PER_EPOCH = 20
@@ -51,6 +53,7 @@ ADAPT_FOLDER = "adaptation"
 TRAINING_SETTINGS = (
     "epochs", "batch_size", "learning_rate", "warmup_fraction", "weight_decay", "layer_decay",
     "ema_momentum", "reinit_pooler", "attention_dropout", "jit_compile", "seed", "adapt_steps",
+    "probe_head",
 )
 
 
@@ -112,6 +115,7 @@ def finetune(
     warmup_fraction=None,
     weight_decay=None,
     adapt_steps=None,
+    probe_head=None,
     layer_decay=1.0,
     ema_momentum=None,
     reinit_pooler=False,
@@ -153,6 +157,10 @@ def finetune(
             `kbert.pretraining.adapt`), with the recipe's batch and length;
             0: none; None: the task's recipe (1,200 for
             text-pair-classification, else 0).
+        probe_head: bool or None. Start the head as a logistic regression on
+            the frozen encoder's vectors of the training texts
+            (`kbert.training.probe`); None: the task's recipe (True for
+            text-classification).
         layer_decay: float in (0, 1]. Layer-wise learning-rate decay
             (`kbert.training.layerwise_multipliers`); 1 is off.
         ema_momentum: float or None. End on an exponential moving average of
@@ -197,10 +205,11 @@ def finetune(
     recipe = task_class.recipe.override(
         sequence_length=sequence_length, batch_size=batch_size, epochs=epochs,
         learning_rate=learning_rate, warmup_fraction=warmup_fraction, weight_decay=weight_decay,
-        adapt_steps=adapt_steps,
+        adapt_steps=adapt_steps, probe_head=probe_head,
     )
     check_training_numbers(recipe.batch_size, recipe.epochs, recipe.learning_rate)
     check_adaptation(recipe.adapt_steps)
+    check_probe(task_class, recipe.probe_head)
     check_callbacks(callbacks)
     if isinstance(strategy, str) and strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
@@ -266,6 +275,13 @@ def finetune(
             ema_momentum=ema_momentum,
         )
         compile_for_strategy(model, strategy, jit_compile=jit_compile, optimizer=optimizer, **task.compile_args())
+    if recipe.probe_head and not first_epoch:  # a resumed run restores its head
+        try:
+            fit_probe(task, model, train_examples, log)
+        except NonFiniteOutputs:
+            if not adaptation:  # nothing to keep
+                shutil.rmtree(resume_dir, ignore_errors=True)
+            raise
     figures = fit_epochs(
         model, train_ds, steps_per_epoch, recipe.epochs, resume_dir, first_epoch, curve, len(train_examples),
         strategy=strategy, validation_data=dev_ds, verbose=verbose, callbacks=callbacks,

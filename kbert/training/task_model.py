@@ -46,6 +46,7 @@ The README's Python section has an example for each task.
 """
 
 import os
+import sys
 
 import keras
 
@@ -54,6 +55,7 @@ from kbert.tasks import DEFAULT_TASK, get_task
 from kbert.tasks.base import INFERENCE_BATCH_SIZE, Task
 from kbert.tasks.inference import replicas
 from kbert.training.batching import eval_dataset, train_dataset, training_bucket_width
+from kbert.training.probe import probe_head
 from kbert.fitting.optimizers import make_optimizer
 
 
@@ -212,16 +214,21 @@ class TaskModel(keras.Model):
             **kwargs: `keras.Model.fit`'s (callbacks, verbose...).
 
         A model not compiled yet is compiled with the task's recipe (`compile()`).
-        The recipe's adaptation (pair classification's) is `adapt`, called first.
+        The recipe's adaptation (pair classification's) is `adapt`, called first;
+        its linear probe (text classification's head starts as a logistic
+        regression on the frozen encoder, `kbert.training.probe`) is fitted
+        here, when `fit` compiles the recipe and restores no backup.
         """
         self._check_trainable("fit")
         if not self.compiled:
             self.compile()
         recipe = self.task.recipe.override(batch_size=batch_size, epochs=epochs)
+        examples = self.examples(x, y)
         dataset, steps = train_dataset(
-            self.task, self.examples(x, y), recipe.batch_size, seed=seed, epochs=recipe.epochs,
+            self.task, examples, recipe.batch_size, seed=seed, epochs=recipe.epochs,
             bucket_width=training_bucket_width(bool(self.jit_compile)), replicas=replicas(self),
         )
+        probe = self._recipe_compile is not None and recipe.probe_head
         if self._recipe_compile is not None:
             total = steps * recipe.epochs
             super().compile(
@@ -233,7 +240,11 @@ class TaskModel(keras.Model):
             self._recipe_compile = None
         # Each epoch's shuffle is its own (seeded by its number): a run resumed
         # at epoch k skips to epoch k's batches, as an uninterrupted run sees them.
-        dataset = dataset.skip(steps * self._restored_epoch(kwargs.get("callbacks")))
+        restored = self._restored_epoch(kwargs.get("callbacks"))
+        if probe and not restored:
+            quiet = kwargs.get("verbose", "auto") == 0
+            probe_head(self.task, self.network, examples, log=None if quiet else _print_stderr)
+        dataset = dataset.skip(steps * restored)
         validation = None
         if validation_data is not None:
             pair = (validation_data,) if _is_dataset(validation_data) else validation_data
@@ -426,6 +437,10 @@ class TaskModel(keras.Model):
         config["network"] = keras.saving.deserialize_keras_object(config["network"])
         config["preprocessor"] = keras.saving.deserialize_keras_object(config["preprocessor"])
         return cls(**config)
+
+
+def _print_stderr(line):
+    print(line, file=sys.stderr, flush=True)
 
 
 def inputs_from_dataset(dataset):
