@@ -46,8 +46,7 @@ def probe_head(task, model, examples, log=None):
     if missing:
         log(f"linear probe skipped: {missing} of the head's {head.units} classes have no training row")
         return
-    (encoder,) = [layer for layer in model.layers if isinstance(layer, keras.Model)]
-    reader = keras.Model(model.input, encoder(model.input)[head.reads])
+    reader = keras.Model(model.input, model.get_layer("bert_encoder")(model.input)[head.reads])
     try:
         vectors = run_by_length(reader, rows.features, ("vector",), task.sequence_length, INFERENCE_BATCH_SIZE)
     except NonFiniteOutputs:
