@@ -12,7 +12,7 @@ predicting the dev set 2.3 times as long. So "auto" is `mixed_bfloat16` on
 such hardware and float32 everywhere else.
 """
 
-import sys
+from kbert.logs import to_stderr
 
 AUTO = "auto"
 # /proc/cpuinfo flags of x86 bfloat16 dot products (Linux names them so).
@@ -45,7 +45,7 @@ def log_dtype(dtype, log=None):
     resolved = resolve_dtype(dtype)
     if dtype == AUTO:
         reason = "multiplies bfloat16 natively" if resolved == "mixed_bfloat16" else "has no native bfloat16"
-        (log or (lambda line: print(line, file=sys.stderr, flush=True)))(
+        (log or to_stderr)(
             f"dtype auto: {resolved} (this device {reason})"
         )
     return resolved

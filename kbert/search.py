@@ -33,6 +33,7 @@ import zipfile
 import numpy as np
 
 from kbert.fileio import decode_utf8
+from kbert.logs import to_stderr
 
 INDEX_FORMAT = "kbert-index"
 INDEX_VERSION = 1
@@ -130,7 +131,7 @@ def build_index(folder, texts, lines, path, corpus, batch_size=64, log=None):
     from kbert.fileio import write_file
 
     if log is None:
-        log = (lambda line: print(line, file=sys.stderr, flush=True)) if sys.stderr.isatty() else (lambda line: None)
+        log = to_stderr if sys.stderr.isatty() else (lambda line: None)
     if not texts or len(texts) != len(lines):
         raise ValueError(f"{len(texts)} texts and {len(lines)} lines; expected one line per text, at least one")
     parent = os.path.dirname(os.path.abspath(path))

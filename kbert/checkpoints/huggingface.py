@@ -7,7 +7,6 @@ import collections
 import json
 import os
 import shutil
-import sys
 import tempfile
 
 import numpy as np
@@ -16,6 +15,7 @@ from safetensors.numpy import load_file, save_file
 
 from kbert.config import PRESETS, BertConfig, read_checkpoint_vocabulary, resolve_checkpoint
 from kbert.fileio import check_new_folder
+from kbert.logs import warn
 from kbert.models.encoder import bert_encoder
 
 # Hugging Face activation names -> kbert's. HF's "gelu" is the exact erf form.
@@ -40,8 +40,8 @@ def warn_fresh(checkpoint, folder, trains, built=()):
     fresh = tuple(checkpoint.fresh) + tuple(built)
     if fresh:
         them = "them" if len(fresh) > 1 else "it"
-        print(f"kbert: warning: {folder} has no {', '.join(fresh)}; initialised anew, as "
-              f"Hugging Face does ({trains} trains {them})", file=sys.stderr, flush=True)
+        warn(f"{folder} has no {', '.join(fresh)}; initialised anew, as "
+             f"Hugging Face does ({trains} trains {them})")
 
 
 def config_from_hf(hf_config):

@@ -31,11 +31,11 @@ format is a `.tflite` for the TFLite Task Library's `BertQuestionAnswerer`
 """
 
 import dataclasses
-import sys
 
 import numpy as np
 
 from kbert.config import ENCODER_INPUTS
+from kbert.logs import warn
 from kbert.recipes import Recipe
 from kbert.tasks import squad, squad_eval
 from kbert.tasks.base import Task
@@ -291,11 +291,10 @@ class QuestionAnswering(Task):
             [p["null_score_diff"] for p in predictions],
         )
         if best <= abstaining:
-            print(
-                f"kbert: warning: answering nothing scores best on the {len(examples)} dev questions (F1 "
+            warn(
+                f"answering nothing scores best on the {len(examples)} dev questions (F1 "
                 f"{abstaining:.1f}, the share without an answer), so the model will answer none: it learned no "
-                "answer worth giving; train on more questions, or for longer (--epochs)",
-                file=sys.stderr,
+                "answer worth giving; train on more questions, or for longer (--epochs)"
             )
         self.null_score_diff_threshold = float(threshold)
         return {**tuned, "null_score_diff_threshold": self.null_score_diff_threshold, "tuned_f1": best}

@@ -18,8 +18,8 @@ reads both.
 """
 
 import dataclasses
-import sys
 
+from kbert.logs import to_stderr
 from kbert.recipes import Recipe
 from kbert.tasks.classification import ClassificationTask
 from kbert.tasks.task_config import TaskConfig, learned, option
@@ -89,11 +89,10 @@ class TextPairClassification(ClassificationTask):
         both = self.evaluate(examples, predict())
         if both[self.metric] <= given[self.metric]:
             self.pair_order = "given"
-        print(
+        to_stderr(
             f"kbert: the {given['n']} dev pairs read both ways score {self.metric} {both[self.metric]:.4f}, "
             f"as given {given[self.metric]:.4f}: the model reads pairs "
-            f"{'both ways' if self.pair_order == 'both' else 'as given'} (--pair-order {self.pair_order})",
-            file=sys.stderr,
+            f"{'both ways' if self.pair_order == 'both' else 'as given'} (--pair-order {self.pair_order})"
         )
         if self.pair_order == "both":
             return {**both, "pair_order": "both", "given_order": self.summary(given)}

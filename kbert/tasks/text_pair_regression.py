@@ -15,10 +15,10 @@ as BERT's STS-B recipe does. Two heads (`--head`):
 
 import dataclasses
 import math
-import sys
 
 import numpy as np
 
+from kbert.logs import to_stderr
 from kbert.recipes import Recipe
 from kbert.tasks.base import METRIC_BUDGETS
 from kbert.tasks.objectives import Score
@@ -82,7 +82,7 @@ def check_outliers(examples, source, warn=None):
     if refused:
         raise ValueError(f"{source}: scores far outside the rest at {named(warned)}; {assumed}: fix or remove those lines")
     if warned:
-        (warn or (lambda line: print(line, file=sys.stderr, flush=True)))(
+        (warn or to_stderr)(
             f"kbert: warning: {source}: scores outside the rest at {named(warned)}; {assumed}"
         )
 

@@ -25,7 +25,6 @@ Example:
 
 import os
 import shutil
-import sys
 import time
 
 import keras
@@ -35,6 +34,7 @@ from kbert.checkpoints.huggingface import init_encoder
 from kbert.config import PACKAGED_CHECKPOINTS, PRESETS, BertConfig
 from kbert.corpus import iter_documents
 from kbert.hardware import log_dtype
+from kbert.logs import to_stderr
 from kbert.modelfolder import (
     MODEL_FILE,
     SETTINGS_FILE,
@@ -294,7 +294,7 @@ def distill(
     Raises:
         ValueError: bad input, one line naming the value.
     """
-    log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    log = log or to_stderr
     check_training_numbers(batch_size, epochs, learning_rate)
     _check_distillation_numbers(temperature, alpha, unlabelled_limit)
     check_student_out(teacher, out, overwrite, train, dev, unlabelled, student)

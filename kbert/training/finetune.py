@@ -20,6 +20,7 @@ import keras
 from kbert.checkpoints.huggingface import init_encoder, read_init
 from kbert.config import check_init
 from kbert.hardware import log_dtype
+from kbert.logs import to_stderr
 from kbert.modelfolder import check_model_out, write_model_folder
 from kbert.pretraining.adapt import adapt, adaptation_text
 from kbert.recipes import check_adaptation, check_probe
@@ -200,7 +201,7 @@ def finetune(
     Raises:
         ValueError: bad input (named file and line), or `TrainingDiverged`.
     """
-    log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    log = log or to_stderr
     task_class = _trainable(task)
     recipe = task_class.recipe.override(
         sequence_length=sequence_length, batch_size=batch_size, epochs=epochs,

@@ -46,10 +46,10 @@ The README's Python section has an example for each task.
 """
 
 import os
-import sys
 
 import keras
 
+from kbert.logs import to_stderr
 from kbert.models import train_on_real_tokens
 from kbert.tasks import DEFAULT_TASK, get_task
 from kbert.tasks.base import INFERENCE_BATCH_SIZE, Task
@@ -243,7 +243,7 @@ class TaskModel(keras.Model):
         restored = self._restored_epoch(kwargs.get("callbacks"))
         if probe and not restored:
             quiet = kwargs.get("verbose", "auto") == 0
-            probe_head(self.task, self.network, examples, log=None if quiet else _print_stderr)
+            probe_head(self.task, self.network, examples, log=None if quiet else to_stderr)
         dataset = dataset.skip(steps * restored)
         validation = None
         if validation_data is not None:
@@ -437,10 +437,6 @@ class TaskModel(keras.Model):
         config["network"] = keras.saving.deserialize_keras_object(config["network"])
         config["preprocessor"] = keras.saving.deserialize_keras_object(config["preprocessor"])
         return cls(**config)
-
-
-def _print_stderr(line):
-    print(line, file=sys.stderr, flush=True)
 
 
 def inputs_from_dataset(dataset):
