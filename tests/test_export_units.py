@@ -58,6 +58,102 @@ def test_graph_matches_keras(target, activation):
     np.testing.assert_allclose(got, expected, atol=GRAPH_TOLERANCE)
 
 
+# Queries and keys of the first block as PAD_DOMINANCE times the identity: a
+# padded query then scores the (nearly equal) padded keys about 4 * 8**2 = 256
+# nats above the real ones, whose exp() is 0 in float32 on every CPU.
+PAD_DOMINANCE = 8.0
+
+
+def _padding_dominated_model():
+    """A tiny question-answering model (every position's output is read) whose
+    padded queries put all their softmax mass on padded keys, as a fine-tuned QA
+    model's first block nearly does (real keys' share 1.3e-37, measured)."""
+    keras.utils.set_random_seed(0)
+    task = task_instance("question-answering", {}, SEQUENCE_LENGTH)
+    model = task.build_model(TINY.replace(vocab_size=50))
+    attention = model.get_layer("bert_encoder").get_layer("transformer_layer_0").attention
+    for dense in (attention.query_dense, attention.key_dense):
+        dense.kernel.assign(PAD_DOMINANCE * np.eye(TINY.hidden_size, dtype="float32"))
+        dense.bias.assign(np.zeros(TINY.hidden_size, "float32"))
+    return task, model
+
+
+def test_tflite_graph_is_finite_where_padding_takes_all_the_attention(tmp_path, monkeypatch):
+    """The masked softmax of the TFLite graph stays exact where a multiply-and-
+    renormalise form divides 0 by 0, in TensorFlow and in LiteRT with XNNPACK, its
+    builtin kernels and its reference kernels."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from kbert.export import graph, tflite
+    from kbert.export.serving_base import FLOAT_TOLERANCE
+
+    task, model = _padding_dominated_model()
+    inputs = tiny_inputs(50, batch=3, length=SEQUENCE_LENGTH)
+    expected = {k: keras.ops.convert_to_numpy(v) for k, v in model(inputs, training=False).items()}
+    assert all(np.isfinite(v).all() for v in expected.values())
+
+    def trace():
+        return {k: v.numpy() for k, v in tf.function(lambda f: model_outputs(task, model, f, "tflite"))(inputs).items()}
+
+    for name, value in trace().items():
+        np.testing.assert_allclose(value, expected[name], atol=GRAPH_TOLERANCE)
+
+    source = str(tmp_path / "source")
+    tflite.write_token_source(task, model, SEQUENCE_LENGTH, source)
+    content = tflite.convert_tokens(source, "none")
+    for resolver in ("AUTO", "BUILTIN_WITHOUT_DEFAULT_DELEGATES", "BUILTIN_REF"):
+        interpreter = Interpreter(model_content=content, experimental_op_resolver_type=getattr(OpResolverType, resolver))
+        run = interpreter.get_signature_runner()
+        for row in range(len(inputs["token_ids"])):
+            got = run(**{k: v[row : row + 1] for k, v in inputs.items()})
+            for name, value in got.items():
+                assert np.isfinite(value).all(), (resolver, row, name)
+                np.testing.assert_allclose(value[0], expected[name][row], atol=FLOAT_TOLERANCE, err_msg=resolver)
+
+    # These inputs catch the multiply-and-renormalise form on any CPU: 0 / 0.
+    def multiplied_only(scores, mask):
+        probs = tf.nn.softmax(scores, axis=-1) * mask
+        return probs / tf.reduce_sum(probs, axis=-1, keepdims=True)
+
+    monkeypatch.setattr(graph, "_masked_softmax", multiplied_only)
+    assert any(np.isnan(value).any() for value in trace().values())
+
+
+def test_an_artefact_with_nan_fails_with_its_own_line(tmp_path):
+    task = classifier_task()
+    examples = [TextExample(("a text",), "c0", 2), TextExample(("b text",), "c1", 3), TextExample(("c",), "c2", 4)]
+    encoded = task.encode(examples, targets=False)
+    logits = {"logits": np.array([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0], [0.0, 0.0, 1.0]], "float32")}
+    lines = []
+    reference = verify.KerasReference(
+        task, examples, encoded, {}, logits, task.decode(examples, encoded, logits), str(tmp_path), 1, 1,
+        lines.append,
+    )
+    reference.keras.update(reference.figures(predictions=reference.predictions), latency={"median_ms": 1.0})
+    (tmp_path / "model.tflite").write_bytes(b"0")
+    same = reference.artefact(str(tmp_path / "model.tflite"), "tflite", "none", "tokens", logits, {"median_ms": 1.0})
+    assert same["passed"] and same["non_finite"] is None
+    broken = {"logits": logits["logits"].copy()}
+    broken["logits"][1:, 2] = [np.nan, np.inf]
+    entry = reference.artefact(str(tmp_path / "model.tflite"), "tflite", "none", "tokens", broken, {"median_ms": 1.0})
+    assert not entry["passed"] and entry["budget"].startswith("finite outputs, ")
+    assert entry["non_finite"] == {"output": "logits", "rows": 2, "first_example": "example 2 (line 3)"}
+    assert "model.tflite: NaN or infinity in logits on 2 rows, the first from example 2 (line 3)" in lines
+    report = {
+        "model": "m", "task": task.name, "data": "dev.csv", "examples": 3, "sequence_length": 16, "latency_runs": 1,
+        "threads": 1, "metric": task.metric, "metric_scale": task.metric_scale, "figures": ["accuracy"],
+        "keras": reference.keras, "artefacts": [same, entry], "passed": False,
+    }
+    assert ("`model.tflite` fails: NaN or infinity in logits on 2 rows, the first from example 2 (line 3)."
+            in verify.markdown_report(report))
+    # Rows of windows name their question; one row per text of a pair, its pair.
+    qa = [type("Q", (), {"id": "q7", "line": None})()]
+    assert verify.example_name(qa[0], 0) == "question 'q7'"
+    reference.encoded.example_of_row = np.array([0, 0, 1])
+    assert reference.non_finite({"x": np.array([[0.0], [0.0], [np.nan]])})["first_example"] == "example 2 (line 3)"
+    assert reference.non_finite({"x": np.array([0.0, 0, 0, 0, np.nan, 0])})["first_example"] == "example 3 (line 4)"
+
+
 def test_graph_rejects_other_models():
     from kbert import bert_encoder
 

@@ -389,6 +389,7 @@ def _write_mediapipe(reference, folder, cache_dir):
         folder, os.path.join(reference.staging, mediapipe.FOLDER), reference.examples, reference.outputs, cache_dir
     ):
         entry.update(reference.judged(predictions=entry.pop("predictions")))
+        entry["non_finite"] = reference.non_finite(entry.pop("outputs"))
         entry["path"] = os.path.relpath(entry["path"], reference.staging)
         entries.append(reference.judge(entry))
     return entries

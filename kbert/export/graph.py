@@ -16,8 +16,9 @@ XLA; converters look for other forms. tf2onnx and onnxruntime's BERT fusions
 For the TFLite converter (`target="tflite"`) four pieces differ: GELU is
 `tf.nn.gelu`, which becomes the GELU builtin (LiteRT has no Erf); the
 padding mask multiplies the softmax, which is then renormalised, instead of
-adding −10000 to the scores: exact in float, and no activation has to span
-[−10000, scores] once quantized; Q, K and V are one FULLY_CONNECTED on the
+adding −10000 to the scores, once each padded key has taken its row's lowest
+score (`_masked_softmax`): exact in float, never 0 / 0, and no activation has
+to span [−10000, scores] once quantized; Q, K and V are one FULLY_CONNECTED on the
 concatenated kernels, split after (one GEMM and one dynamic quantisation of
 the input instead of three); and the last block computes only the [CLS] row
 after its keys and values, the only row the pooler reads (what
@@ -198,6 +199,24 @@ def _fused_query_key_value(x, attention):
     return tf.split(tf.matmul(x, kernel) + bias, 3, axis=-1)
 
 
+def _masked_softmax(scores, mask):
+    """softmax over the real keys, with `mask` (1 real, 0 padding) multiplying instead of
+    an additive −10000, so that no tensor spans [−10000, scores] once quantized.
+
+    Each padded key first takes its row's lowest score, so the row's maximum is
+    a real key's: the real keys then hold at least 1/length of the softmax and
+    the renormalisation never divides by 0. Without that step, a padded query
+    of a long, mostly padded row can give its real keys less than 1e-37 of its
+    mass (a fine-tuned QA model's first block); a kernel that flushes such
+    exponentials to 0 (XNNPACK's AVX2 softmax) then divides 0 by 0, and the NaN
+    reaches every row through the next block's keys.
+    """
+    floor = tf.reduce_min(scores, axis=-1, keepdims=True)
+    scores = scores * mask + floor * (1.0 - mask)
+    probs = tf.nn.softmax(scores, axis=-1) * mask
+    return probs / tf.reduce_sum(probs, axis=-1, keepdims=True)
+
+
 def _encoder_block(x, block, attention_bias, target, first_token_only=False):
     """One post-LN block; with `first_token_only`, returns `(batch, 1, width)`."""
     attention = block.attention
@@ -223,8 +242,7 @@ def _encoder_block(x, block, attention_bias, target, first_token_only=False):
     scale = tf.sqrt(tf.cast(tf.shape(query)[-1], tf.float32))
     scores = tf.matmul(query, key) / scale
     if target == "tflite":
-        probs = tf.nn.softmax(scores, axis=-1) * attention_bias
-        probs = probs / tf.reduce_sum(probs, axis=-1, keepdims=True)
+        probs = _masked_softmax(scores, attention_bias)
     else:
         probs = tf.nn.softmax(scores + attention_bias, axis=-1)
     context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])

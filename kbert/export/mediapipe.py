@@ -68,7 +68,7 @@ def export_text_classifier(folder, out, examples, reference, cache_dir=None, tas
     Returns:
         list of report entries, one per file: `path`, `format`, `runtime`,
         `max_abs_diff` (probabilities, where MediaPipe's token ids equal
-        kbert's), `top1_agreement`, `predictions` (probabilities), `latency`,
+        kbert's), `top1_agreement`, `predictions` and `outputs` (probabilities), `latency`,
         the file's `contract` and the tokenizer comparison.
     """
     task = folder.task
@@ -98,6 +98,7 @@ def export_text_classifier(folder, out, examples, reference, cache_dir=None, tas
                 np.sum((probs.argmax(-1) != keras_probs.argmax(-1)) & agree)
             ),
             "predictions": probs,
+            "outputs": {"scores": probs},
         })
     return entries
 
@@ -143,7 +144,7 @@ def export_text_embedder(folder, out, examples, reference, cache_dir=None):
         list of one report entry: `path`, `format`, `runtime`, the task's
         `agreement` on the texts where MediaPipe's token ids equal kbert's,
         `min_cosine_all_texts`, `predictions` (the task's, from MediaPipe's
-        vectors), `latency`, the file's `contract` and the tokenizer comparison.
+        vectors), `outputs` (the vectors), `latency`, the file's `contract` and the tokenizer comparison.
     """
     task = folder.task
     (input_name,) = task.text_inputs
@@ -162,6 +163,7 @@ def export_text_embedder(folder, out, examples, reference, cache_dir=None):
         **serving_for(task).agreement({output: vectors[agree]}, {output: expected[agree]}),
         "min_cosine_all_texts": serving_for(task).agreement({output: vectors}, {output: expected}).get("min_cosine"),
         "predictions": task.decode(examples, encoded, {output: vectors}),
+        "outputs": {output: vectors},
     }]
 
 

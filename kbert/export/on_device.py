@@ -34,7 +34,9 @@ def export_for_task(folder, out, examples, reference, cache_dir=None):
     Returns:
         list of report entries (unjudged), one per file: `path`, `format`,
         `quantization`, `input`, `max_abs_diff`, `predictions` (in the task's
-        prediction format, for its metrics), `latency`, and what the kind adds.
+        prediction format, for its metrics), `outputs` (the runtime's numbers,
+        a dict of arrays with a row per example or per encoded row, checked
+        finite), `latency`, and what the kind adds.
     """
     kind = serving_for(folder.task).on_device
     if kind not in EXPORTERS:

@@ -66,8 +66,9 @@ def export_bert_question_answerer(folder, out, examples, reference, cache_dir=No
 
     Returns:
         list of one report entry: `path`, `format`, `quantization`, `input`,
-        `runtime`, `max_abs_diff`, `predictions`, `latency`, `contract`,
-        `emulation`, `agreement_with_kbert_predict`.
+        `runtime`, `max_abs_diff`, `predictions`, `outputs` (the file's logits
+        on each question's first window), `latency`, `contract`, `emulation`,
+        `agreement_with_kbert_predict`.
     """
     task = folder.task
     if folder.config.max_position_embeddings < SEQUENCE_LENGTH:
@@ -118,6 +119,7 @@ def export_bert_question_answerer(folder, out, examples, reference, cache_dir=No
         "runtime": RUNTIME,
         "max_abs_diff": float(max(np.abs(file_logits[n] - keras_logits[n]).max() for n in OUTPUT_NAMES)),
         "predictions": predictions,
+        "outputs": file_logits,
         "latency": {"median_ms": round(float(np.median(reply["times"])) * 1e3, 3), "runs": len(reply["times"])},
         "contract": contract,
         "emulation": emulation_agreement(examples, reply["answers"], emulated),

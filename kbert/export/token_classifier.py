@@ -50,7 +50,8 @@ def export_token_classifier(folder, out, examples, reference, cache_dir=None):
 
     Returns:
         list of report entries, one per file: `path`, `format`, `quantization`,
-        `input`, `runtime`, `max_abs_diff`, `predictions`, `latency`, `contract`.
+        `input`, `runtime`, `max_abs_diff`, `predictions`, `outputs` (the
+        file's logits on each encoded row), `latency`, `contract`.
     """
     task = folder.task
     mediapipe_contract.check_vocabulary(folder.vocabulary)
@@ -80,6 +81,7 @@ def export_token_classifier(folder, out, examples, reference, cache_dir=None):
                 "runtime": "litert",
                 **serving_for(task).agreement(outputs, reference),
                 "predictions": task.decode(examples, encoded, outputs),
+                "outputs": outputs,
                 "latency": latency,
                 "contract": contract,
             })

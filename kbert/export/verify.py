@@ -14,6 +14,8 @@ import platform
 import statistics
 import time
 
+import numpy as np
+
 from kbert.export.options import DEFAULT_LATENCY_RUNS
 from kbert.export.serving import serving_for
 from kbert.hardware import cpu_bfloat16, cpuinfo_field
@@ -150,18 +152,72 @@ class KerasReference:
             **serving_for(self.task).agreement(outputs, self.outputs),
             **self.judged(outputs),
             "latency": latency,
+            "non_finite": self.non_finite(outputs),
             **extra,
         })
 
+    def non_finite(self, outputs):
+        """Where an artefact's numeric `outputs` hold NaN or infinity, or None where nowhere.
+
+        Args:
+            outputs: dict of arrays whose rows are the encoded rows, the examples,
+                or the examples' texts (the same number each), in order.
+
+        Returns:
+            None, or dict: `output` (the first output name that has them), `rows`
+            (its rows that have them) and `first_example` (the example of the
+            first such row, by id or line).
+        """
+        rows_of = self.encoded.example_of_row
+        for name, value in outputs.items():
+            value = np.asarray(value)
+            if not np.issubdtype(value.dtype, np.floating) or not value.size:
+                continue
+            bad = np.flatnonzero(~np.isfinite(value.reshape(len(value), -1)).all(axis=1))
+            if not len(bad):
+                continue
+            row = int(bad[0])
+            if len(value) == len(rows_of):
+                index = int(rows_of[row])
+            else:  # one row per example, or per text of each example
+                index = row * len(self.examples) // len(value)
+            return {"output": name, "rows": len(bad), "first_example": example_name(self.examples[index], index)}
+        return None
+
     def judge(self, entry):
-        """`entry` with its size, judged by the task against the Keras figures; logs a line."""
+        """`entry` with its size, judged by the task against the Keras figures; logs a line.
+
+        An artefact whose outputs hold NaN or infinity (`entry["non_finite"]`)
+        fails whatever its figures, with a line of its own.
+        """
         entry["size_bytes"] = _size(os.path.join(self.staging, entry["path"]))
         result = serving_for(self.task).judge(entry, self.keras)
+        bad = entry.get("non_finite")
+        if bad:
+            result["passed"] = False
+            result["budget"] = f"finite outputs, {result['budget']}"
+            self.log(f"{entry['path']}: {non_finite_text(bad)}")
         self.log(
             f"{entry['path']}: max abs diff {entry['max_abs_diff']:.2e}, {self.task.metric} "
             f"{entry[self.task.metric]:.4f}, {entry['latency']['median_ms']:.2f} ms"
         )
         return result
+
+
+def example_name(example, index):
+    """An example as a user finds it in their data: a question by its id, else by
+    its line, else by its place (1-based)."""
+    name = f"question {example.id!r}" if getattr(example, "id", None) else f"example {index + 1}"
+    line = getattr(example, "line", None)
+    return f"{name} (line {line})" if line else name
+
+
+def non_finite_text(bad):
+    """The sentence on an entry's `non_finite` field."""
+    return (
+        f"NaN or infinity in {bad['output']} on {bad['rows']} row{'s' if bad['rows'] != 1 else ''}, "
+        f"the first from {bad['first_example']}"
+    )
 
 
 def _size(path):
@@ -247,6 +303,9 @@ def markdown_report(report):
     ]
     for entry in report["artefacts"]:
         lines.append("| " + " | ".join(cell(entry) for _, cell in columns) + " |")
+    for entry in report["artefacts"]:
+        if entry.get("non_finite"):
+            lines += ["", f"`{entry['path']}` fails: {non_finite_text(entry['non_finite'])}."]
     if report.get("onnx_fusions"):
         fusions = ", ".join(f"{op} {count}" for op, count in sorted(report["onnx_fusions"].items()))
         lines += ["", f"onnxruntime fusions: {fusions}."]
