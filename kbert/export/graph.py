@@ -205,11 +205,11 @@ def _masked_softmax(scores, mask):
 
     Each padded key first takes its row's lowest score, so the row's maximum is
     a real key's: the real keys then hold at least 1/length of the softmax and
-    the renormalisation never divides by 0. Without that step, a padded query
-    of a long, mostly padded row can give its real keys less than 1e-37 of its
-    mass (a fine-tuned QA model's first block); a kernel that flushes such
-    exponentials to 0 (XNNPACK's AVX2 softmax) then divides 0 by 0, and the NaN
-    reaches every row through the next block's keys.
+    the renormalisation never divides by 0. Without that step, the padded
+    queries of a fine-tuned QA model's first block score the padded keys so far
+    above the real ones (over 85 nats) that the real keys' exponentials
+    underflow float32 to 0; 0 / 0 is NaN, and the next block's keys carry it
+    to every row.
     """
     floor = tf.reduce_min(scores, axis=-1, keepdims=True)
     scores = scores * mask + floor * (1.0 - mask)
