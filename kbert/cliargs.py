@@ -12,6 +12,11 @@ import textwrap
 
 # The repository's example data, as the commands' examples name it.
 DEBIAN = "data/debian-packages"
+# The dtype policies a training command takes (`--dtype`): "auto" picks one of
+# the next two by the device (`kbert.hardware`); mixed_float16 for GPUs that
+# lack bfloat16. Others (float8, int8 policies) are Keras's quantized
+# inference policies, not training ones.
+TRAINING_DTYPES = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 
 
 def positive_int(value):
@@ -162,19 +167,52 @@ def add_task_options(parser, tasks, stored=False):
 
 
 def check_model(args):
-    """Refuses a `--model` that names nothing, before TensorFlow loads (`kbert.modelfolder.check_model_name`)."""
+    """Refuses, before TensorFlow loads, a `--model` that names nothing
+    (`kbert.modelfolder.check_model_name`) and a `--seq-len` that its task or its
+    model cannot take (`check_sequence_length`)."""
     from kbert.modelfolder import check_model_name
 
     if args.model is not None:
         check_model_name(args.model, args.task)
+        if args.seq_len is not None:
+            check_sequence_length(args.seq_len, args.model, args.task)
+
+
+def check_sequence_length(seq_len, model, task=None, option="--model"):
+    """`--seq-len` against the least its task packs text in (`Task.check_sequence_length`;
+    `task`, else the model folder's) and the positions of a model folder's
+    encoder (`kbert.json`'s `bert_config`); `option` names `model` in messages."""
+    from kbert.tasks import get_task
+
+    settings = _stored_settings(model)
+    task = task or settings.get("task")
+    if task is not None:
+        get_task(task).check_sequence_length(seq_len, "--seq-len")
+    positions = (settings.get("bert_config") or {}).get("max_position_embeddings")
+    if isinstance(positions, int) and seq_len > positions:
+        raise ValueError(
+            f"--seq-len {seq_len} exceeds the {positions} positions of {option} {model} (max_position_embeddings)"
+        )
+
+
+def _stored_settings(model):
+    """A model folder's `kbert.json` (`kbert.modelfolder.stored_settings`); {} for anything
+    else, or one that is not what kbert writes (loading it names what is wrong)."""
+    from kbert.modelfolder import is_model_folder, stored_settings
+
+    try:
+        return stored_settings(model) if is_model_folder(model) else {}
+    except (KeyError, TypeError, ValueError):
+        return {}
 
 
 def check_model_data(args, path, targets=True):
     """Reads `path` as the command will (a model folder's task with its stored
     options and those given, or a `--task` that needs no training with those
     given), so that data it cannot read is refused before TensorFlow loads;
-    `targets=False` for inputs alone."""
-    from kbert.modelfolder import is_model_folder, stored_data_options
+    `targets=False` for inputs alone. A model folder's targets are checked
+    against what it learned (`Task.check_learned`: a label it does not know)."""
+    from kbert.modelfolder import is_model_folder, stored_data_options, stored_settings
     from kbert.tasks import get_task
 
     given = task_options(args)
@@ -183,7 +221,9 @@ def check_model_data(args, path, targets=True):
         task_class.read(path, task_class.resolve_options(given), targets=targets)
     elif is_model_folder(args.model) and (stored := stored_data_options(args.model, given)) is not None:
         task_class, options = stored
-        task_class.read(path, options, targets=targets)
+        examples = task_class.read(path, options, targets=targets)
+        if targets:
+            task_class.check_learned(stored_settings(args.model)["task_settings"], examples, path)
 
 
 def add_model_arguments(parser, task=None, required=True):

@@ -28,6 +28,20 @@ class CliError(Exception):
 
 # Exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
+# The longest line kbert ends a command with: a message that quotes user data
+# shortens each value (`kbert.tabular.quoted`); this cap holds any other.
+MAX_LINE = 300
+
+
+def last_line(prefix, message):
+    """`prefix` and the first line of `message`, at most `MAX_LINE` characters:
+    a longer one loses its middle to an ellipsis, keeping its start (the file
+    and line) and its end (what was expected)."""
+    line = prefix + (message.splitlines()[0] if message.strip() else "")
+    if len(line) <= MAX_LINE:
+        return line
+    keep = (MAX_LINE - 3) // 2
+    return line[:keep] + " … " + line[len(line) - (MAX_LINE - 3 - keep):]
 
 
 def print_json(value):
@@ -40,54 +54,84 @@ def print_json(value):
 
 
 def check_inputs(args):
-    """Refuses a file the command reads that is not there, before TensorFlow loads.
+    """Refuses a file the command reads that is not there, or is a folder, before TensorFlow loads.
 
     `args.reads`: the options naming files the command reads, set by its parser
-    (a file given, not a checkpoint name or a glob).
+    (a file given, not a checkpoint name or a glob); `args.stdin`: those of
+    them that read standard input when given "-".
     """
     for name in getattr(args, "reads", ()):
         path = getattr(args, name, None)
-        if path is not None and not os.path.exists(path):
-            raise CliError(f"--{name.replace('_', '-')} {path}: no such file")
+        option = f"--{name.replace('_', '-')} {path}"
+        if path == "-" and name not in getattr(args, "stdin", ()):
+            raise CliError(f"{option}: this option reads no standard input; give a file")
+        if path is None or path == "-":
+            continue
+        if os.path.isdir(path):
+            raise CliError(f"{option} is a folder; expected a file")
+        if not os.path.exists(path):
+            raise CliError(f"{option}: no such file")
 
 
-def read_texts(path, option="--input"):
-    """Texts from a .txt file (one per line) or a .json file (a list of strings).
+def read_texts(path, option="--input", column=None):
+    """Texts of a file, read by its extension as every command reads it.
+
+    A table (`.csv`, `.tsv`, `.jsonl`): the texts in `column` (default
+    "text", `kbert.tabular.read_column`); a `.json` file: a list of strings;
+    any other name, and "-" (standard input): one text a line. A stream
+    (standard input, a pipe) is read once and kept (`kbert.tabular.read_bytes`).
 
     Every failure names the file and, for a .txt file, the line: a byte that
-    is not UTF-8, a blank line (blank lines that end the file are dropped; an
-    empty text is given in a .json list), a file that holds no texts, a CoNLL
+    is not UTF-8, a blank line (blank lines that end the file are dropped), an
+    empty text in a .json list (`kbert.tabular.check_text`), a file that holds no texts, a CoNLL
     file (one token and its tag a line, which `predict` reads when named .conll).
     """
+    from kbert.tabular import is_table, read_bytes, read_column
+
+    if is_table(path):
+        return read_column(path, column)[0]
+    if column is not None:
+        raise CliError(f"--text-column {column}: {option} {path} is not a table (.csv, .tsv, .jsonl)")
+    where = "standard input" if path == "-" else path
+    content = decode_utf8(read_bytes(path), where).removeprefix("\ufeff")
+    texts = _json_texts(content, where) if path.endswith(".json") else _text_lines(content, where, option)
+    if not texts:
+        raise CliError(f"{where} holds no texts")
+    return texts
+
+
+def _json_texts(content, where):
+    """The strings of a JSON list, each a text (`kbert.tabular.check_text`)."""
+    from kbert.tabular import check_text
+
+    try:
+        texts = json.loads(content)
+    except json.JSONDecodeError as error:
+        raise CliError(f"{where} is not valid JSON: {error}") from None
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise CliError(f"{where} must hold a JSON list of strings")
+    for number, text in enumerate(texts, 1):
+        check_text(text, f"{where}, item {number}")
+    return texts
+
+
+def _text_lines(content, where, option):
+    """One text a line; blank lines that end the file dropped, any other refused."""
+    from kbert.tabular import quoted
     from kbert.tasks.conll import looks_like_conll
 
-    if not os.path.isfile(path):
-        raise CliError(f"{option} {path}: no such file")
-    with open(path, "rb") as f:
-        data = f.read()
-    content = decode_utf8(data, path).removeprefix("\ufeff")
-    if path.endswith(".json"):
-        try:
-            texts = json.loads(content)
-        except json.JSONDecodeError as error:
-            raise CliError(f"{path} is not valid JSON: {error}") from None
-        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-            raise CliError(f"{path} must hold a JSON list of strings")
-    else:
-        texts = content.splitlines()
-        conll = looks_like_conll(texts)
-        if conll:
-            raise CliError(
-                f"{path}, line {conll}: {texts[conll - 1].strip()!r} looks like CoNLL (a token and its tag "
-                f"a line); a .txt {option} is one text a line (to tag a CoNLL file, name it .conll)"
-            )
-        while texts and not texts[-1].strip():  # blank lines that end the file
-            texts.pop()
-        blank = [i for i, text in enumerate(texts, 1) if not text.strip()]
-        if blank:
-            raise CliError(f"{path}, line {blank[0]}: a blank line; expected one text a line")
-    if not texts:
-        raise CliError(f"{path} holds no texts")
+    texts = content.splitlines()
+    conll = looks_like_conll(texts)
+    if conll:
+        raise CliError(
+            f"{where}, line {conll}: {quoted(texts[conll - 1].strip())} looks like CoNLL (a token and its tag "
+            f"a line); a .txt {option} is one text a line (to tag a CoNLL file, name it .conll)"
+        )
+    while texts and not texts[-1].strip():  # blank lines that end the file
+        texts.pop()
+    blank = [i for i, text in enumerate(texts, 1) if not text.strip()]
+    if blank:
+        raise CliError(f"{where}, line {blank[0]}: a blank line; expected one text a line")
     return texts
 
 
@@ -149,11 +193,9 @@ def interrupted_line(args):
     out = getattr(args, "out", None)
     if args.command in ("finetune", "distill"):
         from kbert.fitting.backup import AtomicBackup
-        from kbert.training.finetune import RESUME_PREFIX
+        from kbert.training.finetune import resume_folder
 
-        resume = os.path.join(
-            os.path.dirname(os.path.abspath(out)), RESUME_PREFIX + os.path.basename(os.path.normpath(out))
-        )
+        resume = resume_folder(out)
         if AtomicBackup.restore_point(resume)[0] is not None:
             return (f"interrupted; the last complete epoch is in {resume}; "
                     "run the same command again to resume")
@@ -165,9 +207,8 @@ def interrupted_line(args):
             return (f"interrupted; the last checkpoint is in {os.path.join(out, BACKUP_FOLDER)}; "
                     "run the same command again to resume")
         return f"interrupted; {out} holds no checkpoint to resume from (--checkpoint-every saves them)"
-    if args.command == "pretraining-data":
-        return f"interrupted; the shards in {out} are incomplete: run the same command with --overwrite"
-    written = {"embed": "output", "search": "index", "vocab": "out", "export": "out"}.get(args.command)
+    written = {"embed": "output", "search": "index", "vocab": "out", "export": "out",
+               "pretraining-data": "out"}.get(args.command)
     if written and getattr(args, written, None):
         return f"interrupted; {getattr(args, written)} was not written or changed"
     return "interrupted"

@@ -131,8 +131,21 @@ class BertConfig:
 
     @classmethod
     def from_json(cls, path):
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
+        """The config a JSON object of `BertConfig` fields in the file `path` holds.
+
+        Raises:
+            ValueError: one line naming the file: not JSON (with its line), not
+                an object, or a field unknown or out of range.
+        """
+        from kbert.fileio import read_json
+
+        values = read_json(path, "; expected a JSON object of BertConfig fields")
+        if not isinstance(values, dict):
+            raise ValueError(f"{path} holds a JSON {type(values).__name__}; expected an object of BertConfig fields")
+        try:
+            return cls.from_dict(values)
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"{path}: {error}") from None
 
     @classmethod
     def from_preset(cls, name, **overrides):

@@ -57,6 +57,16 @@ def iter_documents(corpus):
             yield document
 
 
+def _holds_text(path):
+    """Whether the corpus file `path` holds a line that is not blank (read up to
+    the first); a file that cannot be read counts as text, for its reader to name."""
+    try:
+        with open_text(path) as f:
+            return any(line.strip() for line in f)
+    except (OSError, EOFError):
+        return True
+
+
 def line_dataset(corpus_or_lines):
     """A `tf.data.Dataset` of the non-blank lines of a corpus or of a list of strings.
 
@@ -65,6 +75,10 @@ def line_dataset(corpus_or_lines):
             path-like; `.gz` files are decompressed), or an iterable of text
             lines that is not a list of paths (e.g. a generator or a list of
             sentences).
+
+    Raises:
+        ValueError: the corpus holds no text (empty, or blank lines only),
+            naming its file.
     """
     import tensorflow as tf
 
@@ -84,6 +98,9 @@ def line_dataset(corpus_or_lines):
                 raise ValueError("the corpus holds no text")
             return tf.data.Dataset.from_tensor_slices(lines)
         files = corpus_files(items)
+    if not any(_holds_text(path) for path in files):
+        named = files[0] if len(files) == 1 else f"{files[0]} and the {len(files) - 1} other corpus files"
+        raise ValueError(f"{named} holds no text (only blank lines, or nothing); expected one sentence a line")
     datasets = [
         tf.data.TextLineDataset(path, compression_type="GZIP" if path.endswith(".gz") else "")
         for path in files

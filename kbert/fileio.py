@@ -11,14 +11,17 @@ Rules, as git and pip keep them:
   the whole new one. A run killed half-way leaves a staging folder that the
   next run for the same output removes (it is kbert's own and marked with its
   owner's process id).
-- Every folder kbert writes lists its files in `MANIFEST_FILE`; `overwrite`
-  replaces a folder only when it holds nothing else (`foreign_entries`), so a
-  note or an export the user added inside is never deleted with it. Folders
-  written before the manifest count the names their kind always writes
-  (`known_names`) as kbert's.
+- Every folder kbert writes lists its files and sub-folders in `MANIFEST_FILE`;
+  `overwrite` replaces a folder only when it holds nothing else
+  (`foreign_entries`), so a note, an export or an empty folder (`.git/`) the
+  user added inside is never deleted with it. Folders written before the
+  manifest count the names their kind always writes (`known_names`) as kbert's.
 - An output is never one of the command's inputs, inside one, or a folder
   holding one (`check_distinct`).
-- Everything written honours the user's umask.
+- Everything written honours the user's umask: each output gets the modes
+  `open` and `mkdir` would give it (`follow_umask`) before it is renamed into
+  place, whatever wrote it (temporary files and folders are private, and some
+  libraries, safetensors among them, write files 0600).
 """
 
 import contextlib
@@ -27,6 +30,7 @@ import os
 import shutil
 import socket
 import tempfile
+import zipfile
 
 # A staging folder's owner file: which process on which host writes it.
 OWNER_FILE = ".kbert-owner"
@@ -70,8 +74,9 @@ def read_json(path, remedy=""):
 
 
 def check_new_folder(path, leftovers=(), name=None):
-    """Refuses a `path` that is a file, or a folder holding anything but
-    `leftovers` (what a killed run of the same command leaves to resume from).
+    """Refuses a `path` that is a file, a folder holding anything but
+    `leftovers` (what a killed run of the same command leaves to resume from),
+    or a place kbert cannot write (`check_writable`).
 
     `name`: how messages name it (default: `path`).
     """
@@ -80,6 +85,20 @@ def check_new_folder(path, leftovers=(), name=None):
         raise ValueError(f"{name}: a file of that name exists; expected a new folder")
     if os.path.isdir(path) and set(os.listdir(path)) - set(leftovers):
         raise ValueError(f"{name} exists and is not empty; choose a new folder")
+    check_writable(os.path.abspath(path), name)
+
+
+def check_writable(path, name):
+    """Refuses, before any work, a `path` whose nearest existing folder (itself
+    or the closest ancestor) is a file or cannot be written in; `name`: how
+    messages name it (`--out runs/x`)."""
+    ancestor = path
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise ValueError(f"{name}: {ancestor} is a file, not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ValueError(f"{name}: cannot write in {ancestor} (permission denied)")
 
 
 def check_output_folder(out, what, is_ours, overwrite=False, known_names=()):
@@ -124,56 +143,61 @@ def check_output_folder(out, what, is_ours, overwrite=False, known_names=()):
                 f"--out {out} holds {_name_some(foreign)}, which kbert did not write; --overwrite "
                 f"replaces only kbert's own files: move them out of the folder, or choose a new --out"
             )
-    ancestor = os.path.dirname(path)
-    while not os.path.exists(ancestor):
-        ancestor = os.path.dirname(ancestor)
-    if not os.path.isdir(ancestor):
-        raise ValueError(f"--out {out}: {ancestor} is a file, not a folder")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {out}: cannot write in {ancestor} (permission denied)")
+    check_writable(os.path.dirname(path), f"--out {out}")  # written beside `out`, then renamed
 
 
 def foreign_entries(folder, known_names=()):
-    """The paths in `folder` (relative, sorted) that kbert did not write there.
+    """The paths in `folder` (relative, sorted; a folder's with a trailing "/")
+    that kbert did not write there.
 
-    What kbert wrote is what the folder's manifest lists; a folder without one
-    (written before manifests) is kbert's where its top-level names are among
-    `known_names` (a known sub-folder counts whole). A manifest that cannot be
-    read counts nothing as kbert's.
+    What kbert wrote is what the folder's manifest lists: its files, and its
+    folders (a manifest written before it listed folders: those holding a
+    listed file). A folder of the user's counts whole, empty or not. A folder
+    without a manifest (written before manifests) is kbert's where its
+    top-level names are among `known_names` (a known sub-folder counts whole).
+    A manifest that cannot be read counts nothing as kbert's.
     """
     listed = read_manifest(folder)
     if listed is None:
         return sorted(name for name in os.listdir(folder) if name not in set(known_names) | {MANIFEST_FILE})
+    ours = listed | {MANIFEST_FILE} | {path[: i + 1] for path in listed for i, c in enumerate(path) if c == "/"}
     foreign = []
     for root, dirs, files in os.walk(folder):
-        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
-            relative = os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
-            if relative != MANIFEST_FILE and relative not in listed:
-                foreign.append(relative)
+        relative_root = os.path.relpath(root, folder).replace(os.sep, "/")
+        prefix = "" if relative_root == "." else relative_root + "/"
+        for name in files:
+            if prefix + name not in ours:
+                foreign.append(prefix + name)
+        for name in list(dirs):
+            if prefix + name + "/" not in ours:
+                foreign.append(prefix + name + "/")
+                dirs.remove(name)  # the user's, whole: not walked into
     return sorted(foreign)
 
 
 def read_manifest(folder):
-    """The set of files the manifest of `folder` lists; None without a manifest, empty if unreadable."""
+    """What the manifest of `folder` lists: its files, and its folders with a
+    trailing "/"; None without a manifest, empty if unreadable."""
     path = os.path.join(folder, MANIFEST_FILE)
     if not os.path.lexists(path):
         return None
     try:
-        return {str(name) for name in read_json(path)["files"]}
-    except (OSError, ValueError, KeyError, TypeError):
+        manifest = read_json(path)
+        return {str(name) for name in manifest["files"]} | {str(name) + "/" for name in manifest.get("folders", [])}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return set()
 
 
 def write_manifest(folder):
-    """Lists every file under `folder` (relative paths) in its manifest."""
-    files = sorted(
-        os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
-        for root, _, names in os.walk(folder)
-        for name in names
-        if name not in (MANIFEST_FILE, OWNER_FILE) or root != folder
-    )
+    """Lists every file and sub-folder under `folder` (relative paths) in its manifest."""
+    files, folders = [], []
+    for root, dirs, names in os.walk(folder):
+        relative = os.path.relpath(root, folder).replace(os.sep, "/")
+        prefix = "" if relative == "." else relative + "/"
+        files.extend(prefix + name for name in names if prefix or name not in (MANIFEST_FILE, OWNER_FILE))
+        folders.extend(prefix + name for name in dirs)
     with open(os.path.join(folder, MANIFEST_FILE), "w", encoding="utf-8") as f:
-        json.dump({"format": MANIFEST_FORMAT, "files": files}, f, indent=1)
+        json.dump({"format": MANIFEST_FORMAT, "files": sorted(files), "folders": sorted(folders)}, f, indent=1)
 
 
 def check_distinct(outputs, inputs):
@@ -233,7 +257,7 @@ def staged_folder(out, is_ours, overwrite=False, what="output", known_names=()):
         yield staging
         os.remove(os.path.join(staging, OWNER_FILE))
         write_manifest(staging)
-        os.chmod(staging, 0o777 & ~current_umask())
+        follow_umask(staging)
         check_output_folder(out, what, is_ours, overwrite, known_names)
         replace_folder(staging, out)
     except BaseException:
@@ -295,15 +319,64 @@ def write_file(path, write, mode="wb", **open_kwargs):
         write: callable taking the open file.
         mode, **open_kwargs: how the file is opened ("wb", or "w" with an encoding).
     """
-    fd, tmp = tempfile.mkstemp(prefix=".kbert-", dir=os.path.dirname(os.path.abspath(path)))
-    try:
-        with os.fdopen(fd, mode, **open_kwargs) as f:
+    with written_aside(path) as tmp:
+        with open(tmp, mode, **open_kwargs) as f:
             write(f)
-        os.chmod(tmp, 0o666 & ~current_umask())
+
+
+@contextlib.contextmanager
+def written_aside(path, suffix=""):
+    """Yields the name of a new empty file beside `path` for the block to write
+    (a library's `save(name)`); renames it to `path` when the block succeeds,
+    removes it if not. `path` is never half-written, and gets the mode a plain
+    `open` would give it under the user's umask.
+
+    Args:
+        path: str. The file to write; its folder must exist.
+        suffix: str. How the temporary name ends, for writers that go by it (".keras").
+    """
+    fd, tmp = tempfile.mkstemp(prefix=".kbert-", suffix=suffix, dir=os.path.dirname(os.path.abspath(path)))
+    os.close(fd)
+    try:
+        yield tmp
+        follow_umask(tmp)
         os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
         raise
+
+
+def follow_umask(path):
+    """Gives `path`, and everything under it if it is a folder, the mode that
+    `open` (files: 0666, 0777 if executable) and `mkdir` (0777) give under the
+    user's umask: what `tempfile` creates is private (0600, 0700), and so is
+    what some libraries write (safetensors' files). Links are left alone."""
+    mask = current_umask()
+
+    def fix(entry, folder):
+        if not os.path.islink(entry):
+            executable = folder or os.stat(entry).st_mode & 0o100
+            os.chmod(entry, (0o777 if executable else 0o666) & ~mask)
+
+    fix(path, os.path.isdir(path))
+    for root, dirs, files in os.walk(path):
+        for name in dirs:
+            fix(os.path.join(root, name), True)
+        for name in files:
+            fix(os.path.join(root, name), False)
+
+
+def keras_archive_class(path):
+    """The registered name of the object a Keras `.keras` file holds
+    ("kbert>TaskModel"), read from the `config.json` of its zip archive; None
+    for anything else (no such file, not a zip, no Keras config)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read("config.json"))
+        return config.get("registered_name") or None
+    except (OSError, KeyError, ValueError, AttributeError, zipfile.BadZipFile):
+        return None
 
 
 def current_umask():

@@ -1,14 +1,29 @@
 """SIGTERM and Ctrl-C as `Interrupted`, raised where Python runs and kept until training sees it.
 
 The command line handles both signals with `on_signal`, which raises
-`Interrupted` in the main thread as soon as it runs Python. If that Python
-is a callback of code that clears a pending error (a C extension's, an
-object's `__del__`), the raise is lost and a run would go on as if never
-stopped; the signal stays recorded here, and the training loops raise it at
-their next step (`raise_pending`, `kbert.fitting.backup.PendingInterrupt`).
+`Interrupted` in the main thread as soon as it runs Python. Python that runs
+inside a garbage-collector callback (JAX's `_xla_gc_callback`, which importing
+Keras registers where JAX is installed, runs at every collection) or an
+object's `__del__` cannot raise: Python prints "Exception ignored in ..." with a traceback and goes on.
+There the handler raises nothing; it asks again a moment later
+(`REDELIVERY_DELAY_S`), from a helper thread, so that the raise lands once
+that callback has returned. A raise lost elsewhere (a C extension's callback
+that clears a pending error) would let a run go on as if never stopped; the
+signal stays recorded here, and the training loops raise it at their next
+step (`raise_pending`, `kbert.fitting.backup.PendingInterrupt`).
 """
 
+import _thread
+import gc
+import os
 import signal
+import threading
+import time
+
+# How long a signal that landed inside a callback waits before it is handed to
+# the main thread again: callbacks run for milliseconds (a collection), and a
+# person who pressed Ctrl-C notices no 10 ms.
+REDELIVERY_DELAY_S = 0.01
 
 
 class Interrupted(KeyboardInterrupt):
@@ -20,12 +35,18 @@ class Interrupted(KeyboardInterrupt):
 
 
 _pending = None
+_redelivery = None  # the helper thread while handlers are installed
 
 
 def on_signal(signum, frame):
-    """A signal handler: records `signum`, then raises `Interrupted`."""
+    """A signal handler: records `signum`, then raises `Interrupted`, or, inside
+    a callback that would swallow the raise, has the signal handled again once
+    it has returned."""
     global _pending
     _pending = signum
+    if _redelivery is not None and _raise_would_be_lost(frame):
+        _redelivery.ask()
+        return
     raise Interrupted(signum)
 
 
@@ -38,8 +59,9 @@ def raise_pending():
 def handle_signals():
     """Installs `on_signal` for SIGTERM, and for SIGINT unless it is ignored (a
     process started in the background); returns what to give `restore`."""
-    global _pending
+    global _pending, _redelivery
     _pending = None
+    _redelivery = _Redelivery()
     previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, on_signal)}
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, on_signal)
@@ -48,7 +70,53 @@ def handle_signals():
 
 def restore(previous):
     """Puts back the handlers `handle_signals` replaced, and forgets any pending signal."""
-    global _pending
+    global _pending, _redelivery
     for signum, handler in previous.items():
         signal.signal(signum, handler)
     _pending = None
+    if _redelivery is not None:
+        _redelivery.stop()
+        _redelivery = None
+
+
+def _raise_would_be_lost(frame):
+    """Whether `frame` runs inside a garbage-collector callback or a `__del__`,
+    where an exception is printed as "Exception ignored in ..." and dropped."""
+    callbacks = {getattr(getattr(callback, "__func__", callback), "__code__", None) for callback in gc.callbacks}
+    while frame is not None:
+        if frame.f_code in callbacks or frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+class _Redelivery:
+    """A helper thread that hands the pending signal to the main thread again
+    (`_thread.interrupt_main`, which calls its handler as a signal would).
+
+    The handler asks through a pipe: a write takes no lock, so a second
+    signal landing while the first one asks cannot deadlock it.
+    """
+
+    def __init__(self):
+        self._read, self._write = os.pipe()
+        self._thread = threading.Thread(target=self._run, name="kbert-signal-redelivery", daemon=True)
+        self._thread.start()
+
+    def ask(self):
+        os.write(self._write, b"a")
+
+    def stop(self):
+        os.write(self._write, b"s")
+        self._thread.join(timeout=1)
+        os.close(self._write)
+
+    def _run(self):
+        try:
+            while os.read(self._read, 1) == b"a":
+                time.sleep(REDELIVERY_DELAY_S)
+                signum = _pending
+                if signum is not None and _redelivery is self:
+                    _thread.interrupt_main(signum)
+        finally:
+            os.close(self._read)

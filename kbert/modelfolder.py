@@ -4,7 +4,7 @@
 | --- | --- |
 | `model.keras` | the task's model (token ids -> the task's outputs) |
 | `vocab.txt` | the WordPiece vocabulary |
-| `kbert.json` | `task`, `task_settings` (the task's config: label names, data columns, options), `bert_config`, `sequence_length`, `lowercase`, how it was trained |
+| `kbert.json` | `task`, `task_settings` (the task's config: label names, data columns, options), `bert_config`, `sequence_length`, `lowercase`, `vocabulary_size` (the lines of `vocab.txt`), how it was trained |
 | `metrics.json` | dev figures and the training curve |
 | `.kbert-manifest.json` | the files kbert wrote: what `--overwrite` may replace (`kbert.fileio`) |
 
@@ -23,6 +23,7 @@ Example:
 
 import json
 import os
+import zipfile
 
 from kbert.config import ENCODER_INPUTS, PACKAGED_CHECKPOINTS, BertConfig
 from kbert.fileio import check_distinct, check_output_folder, read_json, staged_folder
@@ -97,7 +98,8 @@ def write_model_folder(out, model, vocabulary, task, settings, metrics, overwrit
     """
     from kbert.text import save_vocab
 
-    content = {"format": FORMAT, "task": task.name, "task_settings": task.settings(), **settings}
+    content = {"format": FORMAT, "task": task.name, "task_settings": task.settings(),
+               "vocabulary_size": len(vocabulary), **settings}
     with staged_folder(out, is_model_folder, overwrite, what="model", known_names=MODEL_FOLDER_NAMES) as staging:
         model.save(os.path.join(staging, MODEL_FILE))
         save_vocab(vocabulary, os.path.join(staging, VOCAB_FILE))
@@ -129,9 +131,8 @@ class ModelFolder:
 
     @classmethod
     def load(cls, folder):
-        """Reads `folder`; `ValueError` naming the file and what is wrong with it."""
-        import keras
-
+        """Reads `folder`, its parts checked against each other (`_check_parts`,
+        `Task.check_model`); `ValueError` naming the file and what is wrong with it."""
         import kbert.models  # noqa: F401  (registers the layers and heads model.keras names)
         from kbert.text import load_vocab
 
@@ -142,16 +143,11 @@ class ModelFolder:
         if missing:
             raise ValueError(f"{folder} is not a kbert model folder: {', '.join(missing)} missing")
         settings = _read_settings(folder, paths[SETTINGS_FILE])
-        try:
-            model = keras.saving.load_model(paths[MODEL_FILE], compile=False)
-        except Exception as error:  # Keras raises many types for a broken archive.
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise ValueError(
-                f"{paths[MODEL_FILE]} is not a readable Keras model (truncated or corrupt?): {reason}"
-            ) from None
+        model = load_keras_file(paths[MODEL_FILE])
         source = _settings_source(folder, settings)
+        vocabulary = load_vocab(paths[VOCAB_FILE])  # its errors name vocab.txt
         try:
-            loaded = cls(folder, model, load_vocab(paths[VOCAB_FILE]), settings)
+            loaded = cls(folder, model, vocabulary, settings)
         except (KeyError, TypeError) as error:
             raise ValueError(
                 f"{paths[SETTINGS_FILE]} is not what kbert finetune writes ({type(error).__name__}: {error})"
@@ -161,11 +157,7 @@ class ModelFolder:
         missing_inputs = sorted(set(ENCODER_INPUTS) - set(getattr(model, "input", {}) or {}))
         if missing_inputs:
             raise ValueError(f"{paths[MODEL_FILE]} lacks the inputs {missing_inputs}")
-        if len(loaded.vocabulary) > loaded.config.vocab_size:
-            raise ValueError(
-                f"{paths[VOCAB_FILE]} has {len(loaded.vocabulary)} tokens; the model has "
-                f"vocab_size={loaded.config.vocab_size}"
-            )
+        _check_parts(loaded, paths)
         # Checked before a legacy head moves into its layer: a model that does
         # not fit the settings is named as such, not as a weight with no place.
         loaded.task.check_model(model, source)
@@ -319,6 +311,75 @@ class ModelFolder:
         return self.task.embeddings(self.predict(examples, batch_size))
 
 
+def load_keras_file(path):
+    """The Keras model in the `.keras` file `path`, its archive checked whole first.
+
+    Keras says "File not found" of a truncated `.keras` file (its zip
+    directory, at the end, is gone) and reads flipped bytes in the weights as
+    weights; here both are one line naming `path` as damaged.
+    """
+    import keras
+
+    damaged = f"{path} is damaged: "
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()  # every member's CRC-32
+    except (zipfile.BadZipFile, EOFError):
+        raise ValueError(damaged + "not a complete .keras zip archive (truncated?); write it again") from None
+    if bad is not None:
+        raise ValueError(damaged + f"its member {bad} fails its CRC check; write it again")
+    try:
+        return keras.saving.load_model(path, compile=False)
+    except Exception as error:  # Keras raises many types for an archive it cannot read.
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"{path} is not a readable Keras model: {reason}") from None
+
+
+def _check_parts(loaded, paths):
+    """`ValueError` naming the files of the first fact the folder's parts disagree on:
+    `kbert.json`'s `bert_config`, `sequence_length` and `vocabulary_size`
+    against the encoder in `model.keras` and the lines of `vocab.txt` (the
+    head against the task's settings is `Task.check_model`'s)."""
+    settings_file, model_file, vocab_file = paths[SETTINGS_FILE], paths[MODEL_FILE], paths[VOCAB_FILE]
+    try:
+        facts = _encoder_facts(loaded)
+    except ValueError as error:  # Keras's "No such layer"
+        raise ValueError(f"{model_file} holds no kbert BERT encoder ({error})") from None
+    for key, stored, actual, what in facts:
+        if stored != actual:
+            raise ValueError(f"{settings_file} says {key}={stored} but {model_file} has {actual} {what}")
+    try:
+        loaded.config.check_sequence_length(loaded.sequence_length)
+    except ValueError as error:
+        raise ValueError(f"{settings_file}: {error} (the position embeddings of {model_file})") from None
+    tokens, rows = len(loaded.vocabulary), loaded.config.vocab_size
+    # Folders written before `vocabulary_size` was stored are held to the embedding's rows alone.
+    written = loaded.settings.get("vocabulary_size")
+    if written is not None and tokens != written:
+        raise ValueError(
+            f"{vocab_file} has {tokens} tokens; {settings_file} says the model was written with {written} "
+            "(the file is cut or replaced): restore the folder's vocab.txt"
+        )
+    if tokens > rows:
+        raise ValueError(f"{vocab_file} has {tokens} tokens; {model_file} embeds {rows} token ids")
+
+
+def _encoder_facts(loaded):
+    """`(bert_config key, stored value, the encoder's, unit)` for the encoder's shapes."""
+    encoder, config = loaded.encoder_layer, loaded.config
+    tokens = encoder.get_layer("token_embedding")
+    blocks = [layer for layer in encoder.layers if layer.name.startswith("transformer_layer_")]
+    return (
+        ("vocab_size", config.vocab_size, tokens.input_dim, "token embedding rows"),
+        ("hidden_size", config.hidden_size, tokens.output_dim, "embedding columns"),
+        ("max_position_embeddings", config.max_position_embeddings,
+         encoder.get_layer("position_embedding").max_length, "position embedding rows"),
+        ("type_vocab_size", config.type_vocab_size, encoder.get_layer("segment_embedding").input_dim,
+         "segment embedding rows"),
+        ("num_layers", config.num_layers, len(blocks), "encoder blocks"),
+    )
+
+
 def _needs_task():
     """What a `--model` that is no model folder needs, said after what it is (from
     `TASKS` as it is now: a task may be added after import)."""
@@ -405,6 +466,15 @@ def stored_data_options(folder, given=None):
         return None
     config = config.merged(given, trained=True)
     return task_class, task_class.option_values(config)
+
+
+def stored_settings(folder):
+    """A model folder's `kbert.json` as `ModelFolder` reads it, `task_settings` holding
+    every task value (a first-format folder's labels too), read without
+    TensorFlow so that data is checked against the model before it loads;
+    `ValueError` naming the file, `KeyError` if it lacks `task_settings`."""
+    settings = _read_settings(folder, os.path.join(folder, SETTINGS_FILE))
+    return {**settings, "task_settings": _task_values(settings)}
 
 
 def _read_settings(folder, path):

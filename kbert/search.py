@@ -14,6 +14,11 @@ name and renamed into place:
 | `text_bytes`, `text_offsets` | the texts in UTF-8, end to end, and where each starts (`count + 1` offsets) |
 | `lines` | int64 `(count,)`: the line (or CSV record) each text comes from |
 
+A damaged index (a copy cut short loses the zip directory at its end) is
+still known as kbert's by its first bytes: `meta` is the archive's first
+member, `meta.npy`, whose JSON starts `{"format": "kbert-index"`. It is
+named as damaged, and `--overwrite` may replace it.
+
 A query is embedded by the model the index names, and scored against every
 row by one matrix product: exact cosine similarity, brute force. Memory and
 time grow with `count x dimension`: for a million 384-dimensional texts,
@@ -46,9 +51,14 @@ SCORE_CHUNK = 65536
 # it a vector at a lower cosine from the stored one is not the one that built
 # the index (the same model agrees to float rounding, ~1 - 1e-7).
 SAME_MODEL_COSINE = 0.9999
-# Columns read from a CSV or TSV corpus when none is named.
-DEFAULT_COLUMN = "text"
 _ARRAYS = ("meta", "embeddings", "text_bytes", "text_offsets", "lines")
+# What survives of a damaged index: `np.savez` writes `meta` first, as the zip
+# member "meta.npy", and its JSON starts with the format (`build_index`).
+_FIRST_MEMBER = b"meta.npy"
+_META_START = json.dumps({"format": INDEX_FORMAT})[:-1].encode("utf-8")
+# Bytes read for them: the zip entry's header (30 bytes, the name, a zip64
+# field) and the .npy header (64 or 128 bytes) come first.
+_HEAD_BYTES = 1024
 
 
 class Index:
@@ -72,23 +82,24 @@ def read_corpus(path, column=None):
     """The texts of a corpus file and the line each comes from.
 
     Args:
-        path: str. A `.csv` or `.tsv` file (the texts in `column`, default
-            "text"), or a text file with one text a line (`.gz` read
-            transparently; blank lines skipped).
+        path: str. A table, `.csv`, `.tsv` or `.jsonl` (the texts in
+            `column`, default "text": `kbert.tabular.read_column`), or a text
+            file with one text a line (`.gz` read transparently; blank lines
+            skipped).
         column: str or None.
 
     Returns:
         `(texts, lines)`: list of str and list of int (1-based lines).
     """
-    from kbert.tabular import DELIMITERS, read_table
+    from kbert.tabular import is_table, read_column
 
-    if os.path.splitext(path)[1].lower() in DELIMITERS:
-        column = column or DEFAULT_COLUMN
-        rows = read_table(path, [column])
-        return [row[column] for row in rows], [row.line for row in rows]
+    if is_table(path):  # as every command reads a table
+        return read_column(path, column)
     if column is not None:
-        raise ValueError(f"--text-column {column}: {path} is not a .csv or .tsv file with columns")
-    if not os.path.isfile(path):
+        raise ValueError(f"--text-column {column}: --corpus {path} is not a table (.csv, .tsv, .jsonl)")
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a folder; expected a file")
+    if not os.path.exists(path):
         raise ValueError(f"{path}: no such file")
     opener = gzip.open if path.endswith(".gz") else open
     texts, lines = [], []
@@ -178,21 +189,42 @@ def build_index(folder, texts, lines, path, corpus, batch_size=64, log=None):
 
 
 def is_index(path):
-    """Whether `path` is a kbert index file (what `build_index` writes, any version)."""
+    """Whether `path` is a kbert index file (what `build_index` writes, any version),
+    whole or damaged (`starts_as_index`): what `--overwrite` may replace."""
     try:
         with np.load(path, allow_pickle=False) as archive:
             meta = json.loads(archive["meta"].tobytes().decode("utf-8"))
         return isinstance(meta, dict) and meta.get("format") == INDEX_FORMAT
     except Exception:  # noqa: BLE001  (NumPy and zipfile raise many types for other files)
+        return starts_as_index(path)
+
+
+def starts_as_index(path):
+    """Whether the file `path` begins as an index does: a zip entry named
+    `meta.npy` whose bytes start `{"format": "kbert-index"` (the module's note)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEAD_BYTES)
+    except OSError:
         return False
+    if len(head) < 30 or not head.startswith(b"PK\x03\x04"):  # a zip entry's local header
+        return False
+    name_length = int.from_bytes(head[26:28], "little")
+    return head[30 : 30 + name_length] == _FIRST_MEMBER and _META_START in head[30 + name_length :]
 
 
 def check_index_file(path):
-    """Refuses a path that holds no index at all (missing, or not a NumPy .npz archive); cheap."""
+    """Refuses a path that holds no whole index (missing, damaged, or not a NumPy .npz archive); cheap."""
     if not os.path.isfile(path):
         raise ValueError(f"--index {path}: no such index file (build it with --corpus)")
-    if not zipfile.is_zipfile(path):
-        raise ValueError(f"{path} is not a kbert index (not a NumPy .npz archive)")
+    if zipfile.is_zipfile(path):
+        return
+    if starts_as_index(path):
+        raise ValueError(
+            f"{path} is a damaged kbert index: not a complete .npz archive (truncated?); "
+            "build it again with --corpus and --overwrite"
+        )
+    raise ValueError(f"{path} is not a kbert index (not a NumPy .npz archive)")
 
 
 def load_index(path):

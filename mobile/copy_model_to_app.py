@@ -7,16 +7,18 @@
 The app (`mobile/android`) loads `text_classifier.tflite` and `labels.txt` from
 its assets; `MainActivity.kt` names the same files. Before copying, the labels
 file is checked against the labels packed in the model's metadata, so the app
-never shows one model's scores under another model's labels. Standard library
-only: no TensorFlow needed.
+never shows one model's scores under another model's labels. The standard
+library and kbert's file writing only (`kbert.fileio`: each copy written
+aside, renamed, with the user's umask): no TensorFlow needed.
 """
 
 import argparse
 import os
 import shutil
 import sys
-import tempfile
 import zipfile
+
+from kbert.fileio import written_aside
 
 MODEL_FILE = "text_classifier.tflite"
 LABELS_FILE = "labels.txt"
@@ -85,14 +87,8 @@ def packed_files(model):
 
 
 def _copy_atomically(source, destination):
-    fd, tmp = tempfile.mkstemp(prefix=".kbert-", dir=os.path.dirname(destination))
-    os.close(fd)
-    try:
+    with written_aside(destination) as tmp:
         shutil.copyfile(source, tmp)
-        os.replace(tmp, destination)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def main(argv=None):

@@ -204,3 +204,88 @@ def test_readme_python_runs(tiny_workspace):
         except Exception as error:
             pytest.fail(f"README.md python block {index + 1} fails: {type(error).__name__}: {error}")
     assert (tiny_workspace / "runs" / "debian-python" / "model.keras").is_file()
+
+
+# === The task guides' example data and commands ===
+
+# A header of a CSV example: column names and commas alone.
+CSV_HEADER = re.compile(r"^\w+(,\w+)+$")
+# The commands of a task guide that run here in a few seconds, on the tiny
+# workspace of `guide_workspace`: page -> the subcommands run.
+CHEAP_GUIDE_COMMANDS = {"docs/tasks/fill-mask.md": ("predict", "evaluate")}
+
+
+def example_data():
+    """(where, task, body) of each example data file of a task guide (docs/tasks/TASK.md):
+    a `text` block whose first line is a CSV header."""
+    from kbert.tasks import TASKS
+
+    found = []
+    for path in doc_files():
+        task = os.path.splitext(os.path.basename(path))[0]
+        if not path.startswith("docs/tasks/") or task not in TASKS:
+            continue
+        for _, body, line in code_blocks(read(path), ("text", "csv")):
+            if CSV_HEADER.match(body.splitlines()[0]):
+                found.append((f"{path}:{line}", task, body))
+    return found
+
+
+def test_the_task_guides_hold_example_data():
+    assert {"fill-mask", "text-classification"} <= {task for _, task, _ in example_data()}
+
+
+@pytest.mark.parametrize("where, task, body", [pytest.param(*found, id=found[0]) for found in example_data()])
+def test_example_data_is_read_by_its_task(where, task, body, tmp_path):
+    """Every row of a guide's example data is one its task reads, learns from and encodes
+    (on MiniLM's vocabulary, the guides' checkpoint): what `kbert finetune`,
+    `evaluate` and `export --data` refuse first."""
+    from kbert.tasks import get_task
+    from tests.task_harness import task_instance
+
+    path = tmp_path / "data.csv"
+    path.write_text(body, encoding="utf-8")
+    task_class = get_task(task)
+    examples = task_class.read(str(path))
+    settings = task_class.learn(examples, str(path)) if task_class.trainable else task_class.pretrained_settings(None, {})
+    instance = task_instance(task, settings, sequence_length=64)
+    try:
+        instance.check(examples, where)
+        instance.encode(examples)
+    except ValueError as error:
+        pytest.fail(f"{where}: the example data fails: {error}")
+
+
+@pytest.fixture
+def guide_workspace(tmp_path, monkeypatch):
+    """A working folder where the fill-mask guide's names mean tiny things: `runs/pretrain/encoder`
+    a one-block BERT with a masked-LM head on MiniLM's vocabulary, `cloze.csv` the guide's data."""
+    import keras
+
+    from kbert.checkpoints import save_hf_checkpoint
+    from kbert.config import BertConfig
+    from kbert.models import bert_pretrainer
+
+    config = BertConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_position_embeddings=64)
+    keras.utils.set_random_seed(0)
+    pretrainer = bert_pretrainer(config)
+    save_hf_checkpoint(pretrainer.encoder, config, list(minilm_vocabulary()), str(tmp_path / "runs" / "pretrain" / "encoder"),
+                       pretrainer=pretrainer)
+    (_, _, body), = [found for found in example_data() if found[1] == "fill-mask"]
+    (tmp_path / "cloze.csv").write_text(body, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_the_fill_mask_guide_s_commands_run(guide_workspace, capsys):
+    from kbert.cli import main
+
+    page = "docs/tasks/fill-mask.md"
+    ran = []
+    for where, argv in kbert_commands():
+        if where.startswith(page + ":") and argv[0] in CHEAP_GUIDE_COMMANDS[page]:
+            code = main(argv)
+            captured = capsys.readouterr()
+            assert code == 0, f"{where}: `kbert {shlex.join(argv)}` exits {code}: {captured.err.strip()[-500:]}"
+            ran.append(argv[0])
+    assert sorted(ran) == sorted(CHEAP_GUIDE_COMMANDS[page])

@@ -8,6 +8,7 @@ labels file, the MediaPipe version and the build settings.
 import io
 import os
 import re
+import stat
 import zipfile
 
 import pytest
@@ -96,6 +97,22 @@ def test_copy_puts_model_and_labels_into_assets(tmp_path):
     assert sorted(os.listdir(assets)) == sorted([copy_tool.MODEL_FILE, copy_tool.LABELS_FILE])
     assert copy_tool.packed_files(copies["model"])["labels.txt"] == labels
     assert read(copies["labels"]).splitlines() == labels
+
+
+def test_copies_follow_the_umask(tmp_path):
+    """The copies were 0600 (a temporary file's mode), whatever the umask."""
+    export = tmp_path / "export"
+    export.mkdir()
+    fake_model(export / copy_tool.MODEL_FILE, ["a", "b"])
+    (export / copy_tool.LABELS_FILE).write_text("a\nb\n")
+    previous = os.umask(0o027)
+    try:
+        copies = copy_tool.copy_model_to_app(str(export), str(tmp_path / "assets"))
+    finally:
+        os.umask(previous)
+    assert {name: stat.S_IMODE(os.stat(path).st_mode) for name, path in copies.items()} == {
+        "model": 0o640, "labels": 0o640}
+    assert sorted(os.listdir(tmp_path / "assets")) == sorted([copy_tool.MODEL_FILE, copy_tool.LABELS_FILE])
 
 
 def test_copy_refuses_labels_that_differ_from_the_model(tmp_path):

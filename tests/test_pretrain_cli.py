@@ -5,6 +5,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -14,7 +15,10 @@ import numpy as np
 import pytest
 
 from kbert.cli import main
+from kbert.pretraining.batch_size import ACCELERATOR_DEVICES
 from kbert.pretraining.train import BACKUP_FOLDER, HISTORY_FILE, LOGS_FOLDER, WEIGHTS_FILE
+from tests import skips
+from tests.test_reliability import error_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN_CSV = os.path.join(ROOT, "data", "debian-packages", "train.csv")
@@ -34,8 +38,6 @@ CHECKPOINT_TIMEOUT_S = 240
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
     """(folder, config json) for a tiny corpus; vocab and records made through the CLI."""
-    if not os.path.isfile(TRAIN_CSV):
-        pytest.skip(f"{TRAIN_CSV} is not in this checkout")
     folder = tmp_path_factory.mktemp("pretrain")
     corpus = folder / "corpus.txt"
     with open(TRAIN_CSV, newline="", encoding="utf-8") as f:
@@ -215,3 +217,116 @@ def test_pretrain_goes_on_from_a_packaged_checkpoint_with_its_vocabulary(records
     history = json.loads((out / HISTORY_FILE).read_text())
     assert [w["step"] for w in history["windows"]] == [1, 2]
     assert all(np.isfinite(w["masked_lm_loss"]) for w in history["windows"])
+
+
+# Runs `kbert` in a new process and says whether TensorFlow was loaded when it returned.
+REFUSAL_SCRIPT = """
+import sys
+from kbert.cli import main
+code = main(sys.argv[1:])
+print("tensorflow loaded" if "tensorflow" in sys.modules else "tensorflow not loaded")
+sys.exit(code)
+"""
+
+
+def refused_before_tensorflow(argv, prefix=()):
+    """The one-line error of `kbert argv`, which must come before TensorFlow loads;
+    `prefix` starts the process (`skips.unprivileged_prefix`)."""
+    run = subprocess.run([*prefix, sys.executable, "-c", REFUSAL_SCRIPT, *argv], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert run.returncode == 2 and run.stdout == "tensorflow not loaded\n", (run.stdout, run.stderr[-2000:])
+    assert run.stderr.startswith("kbert: error: ") and run.stderr.count("\n") == 1, run.stderr[-2000:]
+    return run.stderr
+
+
+def has_accelerator():
+    import glob
+
+    return any(glob.glob(pattern) for pattern in ACCELERATOR_DEVICES)
+
+
+@pytest.mark.parametrize("case", ["batch larger than the records", "batch larger than memory", "config not JSON",
+                                  "out in a read-only folder"])
+def test_pretrain_refuses_before_tensorflow_loads(records, tmp_path, case):
+    """What would end in a traceback, or in `double free or corruption` after swapping, is one line first."""
+    records, config = records
+    out = tmp_path / "locked" / "run" if case == "out in a read-only folder" else tmp_path / "run"
+    prefix = ()
+    argv = ["pretrain", "--records", str(records), "--config", str(config), "--steps", "2", "--batch-size", "8",
+            "--seq-len", "32", "--no-jit", "--out", str(out)]
+    if case == "batch larger than the records":
+        argv[argv.index("--batch-size") + 1] = "100000"
+        expected = (r"--batch-size 100000 is larger than the (\d+) sequences --records \S+ holds \(num_instances "
+                    r"in its pretraining_data\.json\); expected at most \1$")
+    elif case == "batch larger than memory":
+        if has_accelerator():
+            pytest.skip(skips.cpu_only("activations live in the accelerator's memory: the machine's says nothing"))
+        argv = ["pretrain", "--corpus", str(records.parent / "corpus.txt"),
+                "--vocab", str(records.parent / "vocab.txt"), "--config", "bert_large", "--steps", "2", "--batch-size", "1000000", "--seq-len", "512",
+                "--out", str(out)]
+        expected = (r"--batch-size 1000000 needs at least [\d.]+ GB of activations \(24 layers of 1024, 512 tokens a "
+                    r"sequence\), more than the [\d.]+ GB of memory of this machine; expected a batch of at most \d+$")
+    elif case == "config not JSON":
+        bad = tmp_path / "bad.json"
+        bad.write_text('{"hidden_size": 16,\n "num_layers": 2 "num_heads": 2}\n')
+        argv[argv.index("--config") + 1] = str(bad)
+        expected = rf"{re.escape(str(bad))} is not valid JSON \(Expecting ',' delimiter: line 2 column \d+"
+    else:
+        prefix = skips.unprivileged_prefix()
+        out.parent.mkdir()
+        out.parent.chmod(0o555)
+        expected = rf"--out {re.escape(str(out))}: cannot write in {re.escape(str(out.parent))} \(permission denied\)"
+    try:
+        err = refused_before_tensorflow(argv, prefix)
+    finally:
+        if out.parent.name == "locked":
+            out.parent.chmod(0o755)
+    assert re.search(expected, err.removeprefix("kbert: error: ").strip()), err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["vocab", "pretraining-data", "pretrain"])
+@pytest.mark.parametrize("content", ["", " \n\n\t\n"])
+def test_a_corpus_without_text_is_one_line_naming_it(records, tmp_path, capsys, command, content):
+    """tf-text's vocabulary learner ended in StopIteration on an empty corpus."""
+    records, config = records
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(content)
+    vocab = str(records.parent / "vocab.txt")
+    out = tmp_path / "out"
+    argv = {
+        "vocab": ["vocab", "--corpus", str(corpus), "--size", "50", "--out", str(out)],
+        "pretraining-data": ["pretraining-data", "--corpus", str(corpus), "--vocab", vocab, "--out", str(out),
+                             "--workers", "1"],
+        "pretrain": ["pretrain", "--corpus", str(corpus), "--vocab", vocab, "--config", str(config), "--steps", "2",
+                     "--batch-size", "8", "--seq-len", "32", "--no-jit", "--out", str(out)],
+    }[command]
+    err = error_of(argv, capsys, after_progress=True)
+    assert re.search(rf"{re.escape(str(corpus))} holds no text \(only blank lines, or nothing\); expected one "
+                     "sentence a line", err), err
+    assert sorted(os.listdir(tmp_path)) == ["corpus.txt"]
+
+
+def test_pretrain_follows_the_umask_and_a_finished_run_says_how_to_go_on(records, tmp_path, capsys):
+    """`encoder/` was 0700 and its safetensors 0600 under any umask; rerunning a finished run said only
+    that --out was not empty."""
+    records, config = records
+    out = tmp_path / "run"
+    argv = ["pretrain", "--records", str(records), "--config", str(config), "--steps", "2", "--batch-size", "8",
+            "--seq-len", "32", "--no-jit", "--out", str(out)]
+    previous = os.umask(0o027)
+    try:
+        assert main(argv) == 0
+    finally:
+        os.umask(previous)
+    entries = [str(out)] + [os.path.join(root, name) for root, dirs, files in os.walk(out) for name in dirs + files]
+    modes = {os.path.relpath(p, out): stat.S_IMODE(os.stat(p).st_mode) for p in entries}
+    assert "encoder/model.safetensors" in modes
+    assert modes == {p: 0o750 if os.path.isdir(out / p) else 0o640 for p in modes}
+    capsys.readouterr()
+    err = error_of(argv, capsys)
+    encoder = out / "encoder"
+    assert re.search(rf"--out {re.escape(str(out))} holds a finished run \(2 steps\), with nothing to resume; to "
+                     rf"pretrain it further, run again with --init {re.escape(str(encoder))} and a new folder$",
+                     err), err
+    assert sorted(os.listdir(out)) == sorted(["encoder", "history.json", "logs", "pretrainer.weights.h5"])

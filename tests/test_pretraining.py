@@ -255,7 +255,10 @@ def test_pretrain_fits_with_jit_compile_and_saves_an_encoder(tmp_path, capsys):
     for name, value in model(features).items():
         np.testing.assert_allclose(heads[name], value, atol=1e-5)
     # From Python the message names the argument, as the command names --out.
-    with pytest.raises(ValueError, match=rf"^out={re.escape(repr(out))} exists and is not empty; choose a new folder$"):
+    encoder = os.path.join(out, "encoder")
+    with pytest.raises(ValueError, match=rf"^out={re.escape(repr(out))} holds a finished run \(35 steps\), with "
+                                         rf"nothing to resume; to pretrain it further, run again with "
+                                         rf"init={re.escape(repr(encoder))} and a new folder$"):
         pretrain(records, out, TINY_VOCABULARY, init=config, num_train_steps=1)
 
 

@@ -15,6 +15,7 @@ from kbert.pretraining import (
     read_metadata,
     write_pretraining_data,
 )
+from kbert.fileio import read_manifest
 from kbert.text import SPECIAL_TOKENS, WordPieceTokenizer
 
 WORDS = (
@@ -122,11 +123,12 @@ def test_same_seed_gives_byte_identical_shards(records):
     ]
     assert read_bytes(first) == read_bytes(again)
     assert read_bytes(first) != read_bytes(other)
-    # Written under temporary names and renamed: nothing else is left behind.
+    # Written beside, then renamed: nothing else is left behind, and the manifest lists it all.
     folder = os.path.dirname(first[0])
-    assert sorted(os.listdir(folder)) == sorted(
-        [os.path.basename(p) for p in first] + ["vocab.txt", "pretraining_data.json"]
-    )
+    names = [os.path.basename(p) for p in first] + ["vocab.txt", "pretraining_data.json"]
+    assert sorted(os.listdir(folder)) == sorted(names + [".kbert-manifest.json"])
+    assert read_manifest(folder) == set(names)
+    assert sorted(os.listdir(os.path.dirname(folder))) == ["a", "b", "c"]
 
 
 @pytest.mark.slow
@@ -174,6 +176,15 @@ def test_metadata_and_overwrite(records):
     assert metadata["num_instances"] == sum(metadata["shards"].values()) > 0
     with pytest.raises(ValueError, match="overwrite"):
         write_pretraining_data(["unused"], ["[CLS]", "[SEP]", "[MASK]"], folder)
+
+
+def test_a_folder_kbert_did_not_write_is_never_written(corpus, vocabulary, records, tmp_path):
+    """Records go only into a new or empty folder, or over records of an earlier call (with overwrite)."""
+    (tmp_path / "vocab.txt").write_text("my words\n")
+    for overwrite in (False, True):
+        with pytest.raises(ValueError, match=r"is not empty and is not a kbert records folder; kbert replaces only"):
+            write_pretraining_data(corpus[0], vocabulary, str(tmp_path), overwrite=overwrite, progress=False)
+    assert sorted(os.listdir(tmp_path)) == ["vocab.txt"] and (tmp_path / "vocab.txt").read_text() == "my words\n"
 
 
 def test_make_pretraining_dataset(records):

@@ -7,10 +7,15 @@ file. Interrupts: one line saying what was kept, exit 130 (Ctrl-C) or 143
 (SIGTERM), nothing half-written.
 """
 
+import gc
 import json
 import os
+import re
 import shutil
 import signal
+import stat
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -50,7 +55,7 @@ def test_finetune_overwrite_keeps_a_users_notes_and_export(tmp_path, classifier,
     (tmp_path / "model" / "export" / "report.json").write_text("{}")
     (tmp_path / "model" / "notes.txt").write_text("what I tried")
     err = error_of(finetune_args(small_csvs, vocab_file, model, "--overwrite"), capsys)
-    assert f"--out {model} holds export/report.json, notes.txt, which kbert did not write" in err
+    assert f"--out {model} holds export/, notes.txt, which kbert did not write" in err  # a folder of theirs, whole
     assert "--overwrite replaces only kbert's own files" in err
     assert (tmp_path / "model" / "notes.txt").read_text() == "what I tried"
     assert sorted(os.listdir(tmp_path)) == ["model"]
@@ -74,15 +79,184 @@ def test_overwrite_replaces_kberts_own_folder_whole(tmp_path):
         with fileio.staged_folder(out, is_ours, overwrite=True) as staging:
             with open(os.path.join(staging, "kbert.json"), "w") as f:
                 f.write(json.dumps(content))
-            os.makedirs(os.path.join(staging, "sub"))
+            os.makedirs(os.path.join(staging, "sub", "empty"))
             open(os.path.join(staging, "sub", "a.bin"), "wb").close()
     assert json.loads((tmp_path / "out" / "kbert.json").read_text()) == "second"
-    assert fileio.read_manifest(out) == {"kbert.json", "sub/a.bin"}
+    assert fileio.read_manifest(out) == {"kbert.json", "sub/a.bin", "sub/", "sub/empty/"}
     (tmp_path / "out" / "sub" / "mine.txt").write_text("x")
     with pytest.raises(ValueError, match="holds sub/mine.txt, which kbert did not write"):
         with fileio.staged_folder(out, is_ours, overwrite=True):
             pass
     assert (tmp_path / "out" / "sub" / "mine.txt").exists()
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, vocab_file):
+    """Inputs the writers below read, in a folder of their own: a dev file, a corpus."""
+    folder = tmp_path_factory.mktemp("inputs")
+    (folder / "dev.csv").write_text("text,label\na text,a\n")
+    words = "the editor of a mail client and a chess game for the terminal".split()
+    (folder / "corpus.txt").write_text("".join(" ".join(words[i:] + words[:i]) + ".\n" + ("\n" if i % 3 == 2 else "")
+                                               for i in range(12)))
+    return {"dev": str(folder / "dev.csv"), "corpus": str(folder / "corpus.txt"), "vocab": vocab_file}
+
+
+def records_args(inputs, out, *extra):
+    return ["pretraining-data", "--corpus", inputs["corpus"], "--vocab", inputs["vocab"], "--out", str(out),
+            "--num-shards", "1", "--dupe-factor", "2", "--max-seq-length", "32", "--workers", "1", *extra]
+
+
+@pytest.fixture(scope="module")
+def kbert_folders(tmp_path_factory, classifier, inputs):
+    """A folder of each kind kbert writes with a manifest: model, export, records."""
+    from kbert.export.options import is_export_folder
+
+    export = str(tmp_path_factory.mktemp("export") / "export")
+    with fileio.staged_folder(export, is_export_folder) as staging:  # as `kbert export` writes its report
+        with open(os.path.join(staging, "report.json"), "w") as f:
+            json.dump({"artefacts": []}, f)
+    records = tmp_path_factory.mktemp("records") / "records"
+    assert main(records_args(inputs, records)) == 0
+    return {"model": classifier, "export": export, "records": str(records)}
+
+
+# Every writer of a kbert folder: the kind of folder it replaces with --overwrite.
+FOLDER_WRITERS = {"finetune": "model", "export": "export", "pretraining-data": "records",
+                  "TaskModel.save_folder": "model"}
+
+
+def overwrite_argv(writer, out, inputs, small_csvs, model):
+    """The command that asks `writer` to replace `out`."""
+    return {
+        "finetune": finetune_args(small_csvs, inputs["vocab"], out, "--overwrite"),
+        "export": ["export", "--model", model, "--data", inputs["dev"], "--out", out, "--overwrite"],
+        "pretraining-data": records_args(inputs, out, "--overwrite"),
+    }[writer]
+
+
+@pytest.mark.parametrize("writer", sorted(FOLDER_WRITERS))
+def test_overwrite_keeps_the_users_empty_folders(tmp_path, writer, kbert_folders, inputs, small_csvs, capsys):
+    """Empty folders the user added (`.git/`, `notes/`) are theirs too: --overwrite refuses, as for a file."""
+    from kbert.training.task_model import TaskModel
+
+    out = copy_folder(kbert_folders[FOLDER_WRITERS[writer]], tmp_path / "out")
+    for name in (".git", "notes"):
+        os.makedirs(os.path.join(out, name))
+    before = sorted(os.listdir(out))
+    expected = rf"--out {re.escape(out)} holds \.git/, notes/, which kbert did not write; --overwrite replaces only"
+    if writer == "TaskModel.save_folder":
+        with pytest.raises(ValueError, match=expected):
+            TaskModel.from_folder(kbert_folders["model"]).save_folder(out, overwrite=True)
+    else:
+        argv = overwrite_argv(writer, out, inputs, small_csvs, kbert_folders["model"])
+        assert re.search(expected, error_of(argv, capsys))
+    assert sorted(os.listdir(out)) == before and sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_pretraining_data_replaces_only_records_it_wrote(tmp_path, kbert_folders, inputs, capsys):
+    """A folder of the user's is refused, --overwrite or not; kbert's own is replaced with --overwrite only,
+    and only while it holds nothing else; the command line speaks of --overwrite, never overwrite=True."""
+    users = tmp_path / "mine"
+    users.mkdir()
+    (users / "vocab.txt").write_text("my words\n")
+    (users / "pretraining_data.json").write_text('{"mine": 1}')
+    for extra in ((), ("--overwrite",)):
+        err = error_of(records_args(inputs, users, *extra), capsys)
+        assert re.search(rf"--out {re.escape(str(users))} is not empty and is not a kbert records folder; kbert "
+                         "replaces only its own records folders", err)
+    assert (users / "vocab.txt").read_text() == "my words\n" and sorted(os.listdir(users)) == [
+        "pretraining_data.json", "vocab.txt"]
+    ours = copy_folder(kbert_folders["records"], tmp_path / "records")
+    err = error_of(records_args(inputs, ours), capsys)
+    assert re.search(rf"--out {re.escape(ours)} holds a kbert records folder; pass --overwrite to replace it", err)
+    assert "overwrite=True" not in err
+    (tmp_path / "records" / "notes.txt").write_text("mine")
+    err = error_of(records_args(inputs, ours, "--overwrite"), capsys)
+    assert re.search(r"holds notes\.txt, which kbert did not write", err)
+    os.remove(tmp_path / "records" / "notes.txt")
+    assert main(records_args(inputs, ours, "--overwrite", "--dupe-factor", "1")) == 0
+    assert json.loads((tmp_path / "records" / "pretraining_data.json").read_text())["dupe_factor"] == 1
+    assert sorted(os.listdir(tmp_path)) == ["mine", "records"]
+
+
+def test_task_model_save_replaces_only_a_keras_file_it_wrote(tmp_path, classifier):
+    """Keras's `save` replaces any file; a TaskModel's replaces, with overwrite=True, only a TaskModel
+    .keras file, and never half-writes it."""
+    import keras
+
+    from kbert.training.task_model import TaskModel
+
+    model = TaskModel.from_folder(classifier)
+    users = tmp_path / "user.keras"
+    users.write_text("my notes")
+    other = tmp_path / "other.keras"  # a Keras file, but not kbert's
+    keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]).save(other)
+    content = other.read_bytes()
+    for path in (users, other):
+        for overwrite in (False, True):
+            with pytest.raises(ValueError, match=rf"{re.escape(str(path))} exists and is not a TaskModel \.keras "
+                                                 "file kbert wrote; kbert replaces only its own files"):
+                model.save(path, overwrite=overwrite)
+    assert users.read_text() == "my notes" and other.read_bytes() == content
+    own = tmp_path / "model.keras"
+    model.save(own)
+    with pytest.raises(ValueError, match=r"model\.keras exists; pass overwrite=True to replace it"):
+        model.save(own)
+    model.save(own, overwrite=True)
+    assert isinstance(keras.saving.load_model(own), TaskModel)
+    assert sorted(os.listdir(tmp_path)) == ["model.keras", "other.keras", "user.keras"]  # nothing left beside
+
+
+@pytest.fixture
+def umask_027():
+    previous = os.umask(0o027)
+    yield
+    os.umask(previous)
+
+
+def assert_follows_umask_027(path):
+    """`path` and everything under it as `open` and `mkdir` make them under umask 027."""
+    entries = [path] + [os.path.join(root, name) for root, dirs, files in os.walk(path) for name in dirs + files]
+    modes = {os.path.relpath(p, path): stat.S_IMODE(os.stat(p).st_mode) for p in entries}
+    assert modes == {p: 0o750 if os.path.isdir(os.path.join(path, p)) else 0o640 for p in modes}
+
+
+def _write_safetensors_in_a_staged_folder(out):
+    from safetensors.numpy import save_file
+
+    with fileio.staged_folder(out, lambda path: False) as staging:
+        os.makedirs(os.path.join(staging, "encoder"))
+        save_file({"a": np.zeros(2, "float32")}, os.path.join(staging, "encoder", "model.safetensors"))
+
+
+def _save_hf_checkpoint(out):
+    from kbert.checkpoints import save_hf_checkpoint
+    from kbert.models import bert_encoder
+
+    save_hf_checkpoint(bert_encoder(TINY), TINY, list(minilm_vocabulary()), out)
+
+
+# Every way kbert writes files, each under umask 027 (safetensors writes its files 0600, tempfile 0600 and 0700).
+UMASK_WRITERS = {
+    "write_file": lambda out, classifier, inputs: fileio.write_file(out, lambda f: f.write(b"x")),
+    "staged_folder": lambda out, classifier, inputs: _write_safetensors_in_a_staged_folder(out),
+    "save_hf_checkpoint": lambda out, classifier, inputs: _save_hf_checkpoint(out),
+    "TaskModel.save": lambda out, classifier, inputs: _task_model(classifier).save(out + ".keras"),
+    "pretraining-data": lambda out, classifier, inputs: main(records_args(inputs, out)),
+}
+
+
+def _task_model(classifier):
+    from kbert.training.task_model import TaskModel
+
+    return TaskModel.from_folder(classifier)
+
+
+@pytest.mark.parametrize("writer", sorted(UMASK_WRITERS))
+def test_outputs_follow_the_umask(tmp_path, writer, classifier, inputs, umask_027):
+    UMASK_WRITERS[writer](str(tmp_path / "out"), classifier, inputs)
+    (written,) = os.listdir(tmp_path)
+    assert_follows_umask_027(str(tmp_path / written))
 
 
 def test_export_overwrite_keeps_a_users_file(tmp_path, classifier, capsys):
@@ -155,19 +329,32 @@ def test_out_inside_the_model_folder_read_is_refused(tmp_path, classifier, capsy
     assert sorted(os.listdir(model)) == sorted(os.listdir(classifier))
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in read-only folders")
-def test_read_only_output_folder_is_named_by_its_option(tmp_path, classifier, capsys):
+def test_read_only_output_folder_is_named_by_its_option(tmp_path, classifier):
+    """`kbert search` in a process that a read-only folder holds back: as root (CI), root
+    without the capabilities that let it write anywhere (`tests.skips.unprivileged_prefix`)."""
+    import subprocess
+    import sys
+
+    from tests.skips import unprivileged_prefix
+
+    prefix = unprivileged_prefix()
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("a text\n")
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0o555)
+    index = locked / "i.kbert-index"
     try:
-        err = error_of(["search", "--model", classifier, "--task", "sentence-embedding", "--corpus", str(corpus),
-                        "--index", str(locked / "i.kbert-index")], capsys)
+        run = subprocess.run(
+            [*prefix, sys.executable, "-m", "kbert.cli", "search", "--model", classifier, "--task",
+             "sentence-embedding", "--corpus", str(corpus), "--index", str(index)],
+            capture_output=True, text=True, timeout=300, cwd=os.path.dirname(os.path.dirname(__file__)),
+        )
     finally:
         locked.chmod(0o755)
-    assert f"--index {locked / 'i.kbert-index'}: cannot write in {locked} (permission denied)" in err
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert run.stderr == f"kbert: error: --index {index}: cannot write in {locked} (permission denied)\n"
+    assert os.listdir(locked) == []
 
 
 # === Damaged kbert files: one line naming the file ===
@@ -193,7 +380,8 @@ def test_damaged_index_is_one_line(tmp_path, index, capsys):
     err = error_of(["search", "--index", str(damaged), "a query"], capsys)
     assert f"{damaged} is not a readable kbert index (damaged or truncated?)" in err
     damaged.write_bytes(content[: len(content) - 100])
-    assert f"{damaged} is not" in error_of(["search", "--index", str(damaged), "a query"], capsys)
+    assert f"{damaged} is a damaged kbert index: not a complete .npz archive (truncated?)" in error_of(
+        ["search", "--index", str(damaged), "a query"], capsys)
 
 
 def test_index_whose_model_moved_says_pass_model(tmp_path, classifier, capsys):
@@ -310,6 +498,48 @@ def test_interrupted_embed_writes_nothing(tmp_path, classifier, monkeypatch, cap
                  "--output", str(out)])
     assert code == 143 and capsys.readouterr().err == f"kbert: interrupted; {out} was not written or changed\n"
     assert sorted(os.listdir(tmp_path)) == ["texts.txt"]
+
+
+class _Dropped:
+    """An object whose `__del__` receives a signal, as a collected one's may at any moment."""
+
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.parametrize("where", ["gc callback", "__del__"])
+def test_a_signal_inside_a_callback_is_raised_once_it_returns(where, monkeypatch):
+    """JAX's `_xla_gc_callback` runs at every garbage collection, often while TensorFlow and Keras load: a
+    Ctrl-C whose handler ran inside it was printed as "Exception ignored in ..." with a traceback, and the
+    raise was lost. A real signal, handled inside a real callback: raised after it, nothing printed."""
+    from kbert import interrupts
+
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    fired = []
+
+    def callback(phase, info):
+        if not fired:
+            fired.append(phase)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    previous = interrupts.handle_signals()
+    callbacks = [callback] if where == "gc callback" else []
+    gc.callbacks.extend(callbacks)
+    try:
+        with pytest.raises(interrupts.Interrupted):
+            if where == "gc callback":
+                gc.collect()
+            else:
+                _Dropped()  # no name holds it: its __del__ runs here
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                time.sleep(0.001)
+    finally:
+        for registered in callbacks:
+            gc.callbacks.remove(registered)
+        interrupts.restore(previous)
+    assert unraisable == []
 
 
 def test_npy_check_reads_only_the_header(tmp_path):

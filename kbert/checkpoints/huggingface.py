@@ -14,7 +14,7 @@ from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
 from kbert.config import PRESETS, BertConfig, read_checkpoint_vocabulary, resolve_checkpoint
-from kbert.fileio import check_new_folder
+from kbert.fileio import check_new_folder, follow_umask
 from kbert.logs import warn
 from kbert.models.encoder import bert_encoder
 
@@ -320,6 +320,7 @@ def save_hf_checkpoint(encoder, config, vocabulary, path, lowercase=True, pretra
             json.dump({"do_lower_case": lowercase, "tokenizer_class": "BertTokenizer"}, f, indent=2)
         with open(os.path.join(staging, "vocab.txt"), "w", encoding="utf-8") as f:
             f.writelines(token + "\n" for token in vocabulary)
+        follow_umask(staging)
         if os.path.exists(path):
             os.rmdir(path)
         os.rename(staging, path)

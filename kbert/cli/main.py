@@ -27,6 +27,7 @@ from kbert.cliio import (
     input_paths,
     interrupted_line,
     is_tensorflow_data_error,
+    last_line,
     tensorflow_reason,
 )
 from kbert.interrupts import Interrupted, handle_signals, restore
@@ -88,6 +89,14 @@ def version_line():
     return f"kbert {__version__} ({', '.join(found)}, Python {platform.python_version()})"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose error line (a bad value quoted whole) keeps to `last_line`'s length."""
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(2, last_line(f"{self.prog}: error: ", message) + "\n")
+
+
 class _Version(argparse.Action):
     """`--version`, whose line is made only when asked for."""
 
@@ -118,7 +127,7 @@ def build_parser():
     from kbert.export.cli import add_export_parser
     from kbert.tasks import EMBEDDING_TASK, TASKS
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="kbert", description=DESCRIPTION, formatter_class=HelpFormatter,
         epilog=examples_epilog(
             f"kbert finetune --train {DEBIAN}/train.csv --dev {DEBIAN}/dev.csv \\\n"
@@ -153,16 +162,15 @@ def main(argv=None):
         _quiet_tensorflow()
         status = args.run(args)
     except (CliError, ValueError, OSError) as error:
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        print(f"kbert: error: {message}", file=sys.stderr)
+        print(last_line("kbert: error: ", str(error).strip() or type(error).__name__), file=sys.stderr)
         return 2
     except Exception as error:
         if not is_tensorflow_data_error(error):
             raise
         reason = tensorflow_reason(error)
         read = ", ".join(f"--{name.replace('_', '-')} {value}" for name, value in input_paths(args))
-        print(f"kbert: error: an input is damaged or unreadable ({reason}); this command reads {read or 'no file'}",
-              file=sys.stderr)
+        print(last_line("kbert: error: ", f"an input is damaged or unreadable ({reason}); this command reads "
+                        f"{read or 'no file'}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:
         if previous is not None:
@@ -172,7 +180,7 @@ def main(argv=None):
             line = interrupted_line(args)
         except Exception:  # noqa: BLE001  (the one line matters more than its detail)
             line = "interrupted"
-        print(f"kbert: {line}", file=sys.stderr)
+        print(last_line("kbert: ", line), file=sys.stderr)
         return 128 + stop.signum if isinstance(stop, Interrupted) else EXIT_INTERRUPTED
     finally:
         if previous is not None:

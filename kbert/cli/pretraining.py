@@ -13,6 +13,7 @@ from kbert.cliargs import add_command, fraction, learning_rate, positive_int
 from kbert.cliio import CliError, check_output_file, is_vocab_file
 from kbert.config import PACKAGED_CHECKPOINTS, PRESETS, resolve_checkpoint
 from kbert.fileio import check_distinct, write_file
+from kbert.pretraining.records_folder import check_records_out, is_records_folder, read_records_metadata
 from kbert.pretraining.run_folder import check_run_folder
 
 
@@ -46,6 +47,7 @@ def cmd_vocab(args):
 
 def check_pretraining_data(args):
     check_distinct({"--out": args.out}, {"--corpus": args.corpus, "--vocab": args.vocab})
+    check_records_out(args.out, args.overwrite)
 
 
 def cmd_pretraining_data(args):
@@ -125,9 +127,25 @@ def check_pretrain(args):
             "--whole-word-masking needs --corpus: records carry their masks "
             "(see kbert pretraining-data --whole-word-masking)"
         )
-    inputs = {"--records": args.records, "--corpus": args.corpus, "--vocab": _pretraining_vocab(args)}
-    check_distinct({"--out": args.out}, inputs)
+    vocab = _pretraining_vocab(args)
+    check_distinct({"--out": args.out}, {"--records": args.records, "--corpus": args.corpus, "--vocab": vocab})
     check_run_folder(args.out, resumable=args.checkpoint_every is not None, name=f"--out {args.out}")
+    _check_batch(args, vocab)
+
+
+def _check_batch(args, vocab):
+    """Refuses a --batch-size larger than the records, or than the machine's memory holds
+    (`kbert.pretraining.batch_size`); reads a --config .json file, naming what is wrong in it."""
+    from kbert.pretraining.batch_size import check_batch_size, model_shape
+
+    metadata = read_records_metadata(args.records) if args.records and is_records_folder(args.records) else {}
+    with open(vocab, "rb") as f:
+        vocab_size = sum(1 for _ in f)
+    check_batch_size(
+        args.batch_size, args.records, model_shape(args.config, vocab_size),
+        metadata.get("max_seq_length", args.seq_len), metadata.get("max_predictions_per_seq", args.max_predictions),
+        (f"--batch-size {args.batch_size}", f"--records {args.records}"),
+    )
 
 
 def cmd_pretrain(args):
@@ -261,7 +279,7 @@ def add_pretraining_commands(sub):
     p.add_argument("--random-seed", type=int, default=12345, help="seed of the masking and pairing")
     p.add_argument("--num-shards", type=positive_int, default=16, help="TFRecord files written")
     p.add_argument("--workers", type=positive_int, default=None, help="processes (default: CPU count)")
-    p.add_argument("--overwrite", action="store_true", help="replace earlier shards in --out")
+    p.add_argument("--overwrite", action="store_true", help="replace the records an earlier run wrote in --out")
     p.set_defaults(run=cmd_pretraining_data, check=check_pretraining_data, reads=("vocab",))
 
     p = add_command(

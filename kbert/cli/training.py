@@ -10,8 +10,10 @@ import argparse
 
 from kbert.cliargs import (
     DEBIAN,
+    TRAINING_DTYPES,
     add_command,
     add_task_options,
+    check_sequence_length,
     count,
     dropout_rate,
     fraction,
@@ -34,6 +36,8 @@ def check_finetune(args):
     them again: its --init and --out, then its data (each bad row named by file and line)."""
     check_init(args.init, args.vocab)
     task = get_task(args.task)
+    if args.seq_len is not None:
+        task.check_sequence_length(args.seq_len, "--seq-len")
     if args.probe_head is not None:
         check_probe(task, args.probe_head)
     inputs = {"--train": args.train, "--dev": args.dev, "--init": args.init, "--vocab": args.vocab}
@@ -82,8 +86,11 @@ def cmd_finetune(args):
 
 
 def check_distill(args):
-    """distill's refusals of its teacher and --out, made before TensorFlow loads; distill makes them again."""
+    """distill's refusals of its teacher, --seq-len and --out, made before TensorFlow loads;
+    distill makes them again."""
     check_student_out(args.teacher, args.out, args.overwrite, args.train, args.dev, args.unlabelled, args.student)
+    if args.seq_len is not None:
+        check_sequence_length(args.seq_len, args.teacher, option="--teacher")
 
 
 def cmd_distill(args):
@@ -197,9 +204,9 @@ def _add_training_arguments(p, tasks=None):
         )
     run = p.add_argument_group("how it runs")
     run.add_argument(
-        "--dtype", default="auto",
-        help="dtype policy, e.g. float32 or mixed_bfloat16; auto: mixed_bfloat16 where the device "
-        "multiplies bfloat16 natively (Ampere GPUs, TPUs, CPUs with AVX512_BF16 or AMX), else float32",
+        "--dtype", default="auto", choices=TRAINING_DTYPES,
+        help="dtype policy; auto: mixed_bfloat16 where the device multiplies bfloat16 natively "
+        "(Ampere GPUs, TPUs, CPUs with AVX512_BF16 or AMX), else float32",
     )
     run.add_argument("--xla", action="store_true", help="compile the train step with XLA")
     run.add_argument("--seed", type=int, default=0, help="weights of new layers, dropout and shuffles")

@@ -22,6 +22,7 @@ from kbert.cliargs import (
 )
 from kbert.cliio import CliError, check_output_file, is_npy, print_json, read_texts
 from kbert.fileio import write_file
+from kbert.tabular import TABLES, check_texts, is_table
 
 
 def _load_model_folder(args):
@@ -45,15 +46,17 @@ def cmd_evaluate(args):
     print_json(metrics)
 
 
-# `predict --input` files read by the task's data reader (without targets);
-# any other is texts: a .json list, or one text a line.
-PREDICT_DATA_FILES = (".csv", ".tsv", ".jsonl", ".conll")
+# `predict --input` files read by the task's data reader (without targets):
+# tables, as every command reads them, and CoNLL; any other is texts
+# (`read_texts`): a .json list, or one text a line.
+PREDICT_DATA_FILES = (*TABLES, ".conll")
 
 
 def check_predict(args):
     check_model(args)
     if bool(args.texts) == bool(args.input):
         raise CliError("give either TEXT arguments or --input FILE")
+    check_texts(args.texts)
     if args.input and _is_data_file(args.input):
         check_model_data(args, args.input, targets=False)
     elif args.input:
@@ -85,13 +88,13 @@ def check_embed(args):
         "--output", args.output, args.overwrite, is_npy, "a .npy array file",
         {"--input": args.input, "--model": args.model},
     )
-    read_texts(args.input)
+    read_texts(args.input, column=args.text_column)
 
 
 def cmd_embed(args):
     import numpy as np
 
-    texts = read_texts(args.input)
+    texts = read_texts(args.input, column=args.text_column)
     folder, _ = _load_model_folder(args)
     embeddings = folder.embed(texts, batch_size=args.batch_size)
     write_file(args.output, lambda f: np.save(f, embeddings))
@@ -113,12 +116,14 @@ def check_search(args):
         raise CliError("give QUERY arguments or --queries FILE, or --corpus to build the index")
     else:
         search.check_index_file(args.index)
+    check_texts(args.queries, "query")
 
 
 def cmd_search(args):
     from kbert import search
 
-    queries = list(args.queries) + (read_texts(args.queries_file, "--queries") if args.queries_file else [])
+    queries = list(args.queries) + (read_texts(args.queries_file, "--queries", _table_column(args, args.queries_file))
+                                    if args.queries_file else [])
     if args.corpus:
         folder, _ = _load_model_folder(args)
         texts, lines = search.read_corpus(args.corpus, args.text_column)
@@ -138,6 +143,11 @@ def cmd_search(args):
                 for i, s in zip(found, score)
             ],
         })
+
+
+def _table_column(args, path):
+    """`--text-column` where `path` is a table, whose column it names; None for other files."""
+    return args.text_column if is_table(path) else None
 
 
 def add_use_commands(sub, tasks, embedding_tasks):
@@ -172,12 +182,12 @@ def add_use_commands(sub, tasks, embedding_tasks):
     p.add_argument("texts", nargs="*", metavar="TEXT", help="texts to predict (or --input)")
     p.add_argument(
         "--input",
-        help="a .txt file (one text per line), a .json list, or a data file in the task's "
-        "format (.csv, .tsv, .jsonl)",
+        help="a .txt file (one text per line; - reads standard input), a .json list, or a data "
+        "file in the task's format (.csv, .tsv, .jsonl)",
     )
     p.add_argument("--batch-size", type=positive_int, default=64, help="texts per inference batch")
     add_task_options(p, tasks, stored=True)
-    p.set_defaults(run=cmd_predict, check=check_predict, reads=("input",))
+    p.set_defaults(run=cmd_predict, check=check_predict, reads=("input",), stdin=("input",))
 
     p = add_command(
         sub, "embed", "sentence embeddings (float32, one row per text) to a .npy file",
@@ -188,12 +198,17 @@ def add_use_commands(sub, tasks, embedding_tasks):
         usage="kbert embed --model MODEL --input FILE --output FILE.npy [options]",
     )
     add_model_arguments(p, task=EMBEDDING_TASK)
-    p.add_argument("--input", required=True, help="a .txt file (one text per line) or a .json list")
+    p.add_argument(
+        "--input", required=True,
+        help="a .txt file (one text per line; - reads standard input), a .json list, or a table "
+        "(.csv, .tsv, .jsonl: the texts in --text-column)",
+    )
+    p.add_argument("--text-column", help="the column of a table --input holding the texts (default: text)")
     p.add_argument("--output", required=True, help="the .npy file to write")
     p.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     p.add_argument("--batch-size", type=positive_int, default=64, help="texts per inference batch")
     add_task_options(p, embedding_tasks)
-    p.set_defaults(run=cmd_embed, check=check_embed, reads=("input",))
+    p.set_defaults(run=cmd_embed, check=check_embed, reads=("input",), stdin=("input",))
 
     p = add_command(
         sub, "search", "exact semantic search: embed a corpus once into an index file, then query it",
@@ -214,12 +229,17 @@ def add_use_commands(sub, tasks, embedding_tasks):
     p.add_argument("--index", required=True, help="the index file to write (with --corpus) or read")
     p.add_argument(
         "--corpus",
-        help="texts to index: a text file, one text a line (.gz read too), or a .csv/.tsv "
-        "file (the texts in --text-column)",
+        help="texts to index: a text file, one text a line (.gz read too), or a table "
+        "(.csv, .tsv, .jsonl: the texts in --text-column)",
     )
-    p.add_argument("--text-column", help="the column of a .csv/.tsv --corpus holding the texts (default: text)")
+    p.add_argument(
+        "--text-column", help="the column of a table --corpus or --queries holding the texts (default: text)"
+    )
     p.add_argument("queries", nargs="*", metavar="QUERY", help="queries (or --queries)")
-    p.add_argument("--queries", dest="queries_file", help="a .txt file of queries, one a line")
+    p.add_argument(
+        "--queries", dest="queries_file",
+        help="a .txt file of queries, one a line, a .json list or a table (the texts in --text-column)",
+    )
     p.add_argument("-k", "--top-k", type=positive_int, default=10, help="texts per query")
     p.add_argument("--overwrite", action="store_true", help="with --corpus: replace --index if it exists")
     p.add_argument("--batch-size", type=positive_int, default=64, help="texts per inference batch")

@@ -14,6 +14,7 @@ import tempfile
 import keras
 import numpy as np
 
+from kbert.fileio import follow_umask
 from kbert.interrupts import raise_pending
 from kbert.fitting.distribute import chief_folder
 
@@ -25,6 +26,8 @@ PREVIOUS_STATE = "previous"
 # a checkpoint folder holding it is complete.
 STATE_FILE = "windows.json"
 SEEDS_FILE = "seed_generators.npz"
+# Where a checkpoint is written before it replaces `latest/`; a killed save leaves one.
+STAGING_PREFIX = ".state-"
 
 
 class AtomicBackup(keras.callbacks.BackupAndRestore):
@@ -85,6 +88,12 @@ class AtomicBackup(keras.callbacks.BackupAndRestore):
                 continue
         return None, 0, None
 
+    @staticmethod
+    def is_own_entry(name):
+        """Whether a file or folder named `name` in a backup folder is one this callback
+        writes (a checkpoint, or one a killed save left half-written)."""
+        return name in (STATE, PREVIOUS_STATE) or name.startswith(STAGING_PREFIX)
+
     def _seed_states(self):
         return [v for v in self.model.variables if "seed_generator_state" in v.path]
 
@@ -103,7 +112,7 @@ class AtomicBackup(keras.callbacks.BackupAndRestore):
         os.makedirs(backup_dir, exist_ok=True)
         latest = os.path.join(backup_dir, STATE)
         previous = os.path.join(backup_dir, PREVIOUS_STATE)
-        staging = tempfile.mkdtemp(prefix=".state-", dir=backup_dir)
+        staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=backup_dir)
         self.model.save_weights(os.path.join(staging, "latest.weights.h5"))
         states = {str(i): keras.ops.convert_to_numpy(v) for i, v in enumerate(self._seed_states())}
         np.savez(os.path.join(staging, SEEDS_FILE), **states)
@@ -112,6 +121,7 @@ class AtomicBackup(keras.callbacks.BackupAndRestore):
         # Written last: restore_point() takes a folder holding it as complete.
         with open(os.path.join(staging, STATE_FILE), "w") as f:
             json.dump(self.state(), f)
+        follow_umask(staging)
         if os.path.isdir(latest):
             shutil.rmtree(previous, ignore_errors=True)
             os.rename(latest, previous)

@@ -15,7 +15,7 @@ import os
 import random
 
 from kbert.corpus import read_documents
-from kbert.fileio import read_json
+from kbert.fileio import staged_folder
 from kbert.models.pretrainer import MASKED_LM, NEXT_SENTENCE
 from kbert.pretraining.instances import (
     DEFAULT_RANDOM_SEED,
@@ -23,12 +23,21 @@ from kbert.pretraining.instances import (
     SpecialIds,
     create_training_instances,
 )
+from kbert.pretraining.records_folder import (
+    METADATA_FILE,
+    RECORDS_FORMAT,
+    SHARD_PATTERN,
+    VOCAB_FILE,
+    WHAT,
+    check_records_out,
+    is_records_folder,
+    read_records_metadata,
+    records_names,
+)
 
 # Shards are a property of the data, not of the machine, so that a seed gives
 # the same files everywhere; the process pool only decides how fast.
 DEFAULT_NUM_SHARDS = 16
-SHARD_PATTERN = "pretraining-{index:05d}-of-{count:05d}.tfrecord"
-METADATA_FILE = "pretraining_data.json"
 # Lines tokenized per call of the tokenizer inside a shard's process.
 _TOKENIZE_BATCH = 4096
 # google-research/bert's run_pretraining.py input_fn: records shuffled in a
@@ -165,8 +174,11 @@ def write_pretraining_data(
             blank line between documents; `.gz` files are decompressed.
         vocabulary: list of str or path of a `vocab.txt`. Must hold `[CLS]`,
             `[SEP]`, `[MASK]`; `[PAD]` should be id 0, since records pad with 0.
-        output_dir: str. Receives the shards `pretraining-0000i-of-0000n.tfrecord`,
-            `vocab.txt` and `pretraining_data.json` (options and counts).
+        output_dir: str. A new or empty folder, or one this function wrote
+            (with `overwrite`): receives the shards
+            `pretraining-0000i-of-0000n.tfrecord`, `vocab.txt` and
+            `pretraining_data.json` (options and counts). It is written
+            beside, then renamed (`kbert.fileio.staged_folder`).
         lowercase: bool. Tokenize uncased (as the vocabulary was learned).
         max_seq_length, max_predictions_per_seq, masked_lm_prob, dupe_factor,
         short_seq_prob: as google-research/bert's flags (defaults 128, 20,
@@ -179,19 +191,20 @@ def write_pretraining_data(
             drawn within a shard.
         num_workers: int or None. Processes (default: CPU count). Does not
             change the output.
-        overwrite: bool. Replace the shards of an earlier run in `output_dir`.
+        overwrite: bool. Replace the records of an earlier call in
+            `output_dir`; a folder holding anything else is refused, as one
+            that is not such records is, overwrite or not.
         progress: bool. Show a tqdm bar over shards.
 
     Returns:
         The sorted list of shard paths.
 
-    Each shard is written under a temporary name and renamed when complete.
     The records parse with `feature_spec` (google's `name_to_features`).
 
     Example:
     >>> paths = write_pretraining_data("corpus.txt.gz", vocab, "records")  # doctest: +SKIP
     """
-    from kbert.text import load_vocab, save_vocab
+    from kbert.text import load_vocab
 
     options = InstanceOptions(
         max_seq_length=max_seq_length,
@@ -209,11 +222,23 @@ def write_pretraining_data(
         raise ValueError(f"num_shards={num_shards!r} must be a positive integer")
     if num_workers is not None and (not isinstance(num_workers, int) or num_workers < 1):
         raise ValueError(f"num_workers={num_workers!r} must be a positive integer or None")
-    _prepare_output_dir(output_dir, overwrite)
+    check_records_out(output_dir, overwrite)
+    with staged_folder(output_dir, is_records_folder, overwrite, WHAT, records_names(output_dir)) as staging:
+        counts = _write_records(corpus, vocabulary, staging, lowercase, options, random_seed, num_shards,
+                                num_workers, progress)
+    return [os.path.join(output_dir, name) for name in sorted(counts)]
+
+
+def _write_records(corpus, vocabulary, output_dir, lowercase, options, random_seed, num_shards, num_workers,
+                   progress):
+    """Writes the shards, `vocab.txt` and the metadata into `output_dir`;
+    returns {shard name: (sequences, predictions)}."""
+    from kbert.text import save_vocab
 
     documents = read_documents(corpus)
     if not documents:
-        raise ValueError(f"the corpus {corpus!r} holds no text")
+        raise ValueError(f"{corpus} holds no text (only blank lines, or nothing); expected one sentence a line, "
+                         "a blank line between documents")
     num_shards = min(num_shards, len(documents))
     paths = [
         os.path.join(output_dir, SHARD_PATTERN.format(index=index, count=num_shards))
@@ -227,9 +252,9 @@ def write_pretraining_data(
     results = _run(tasks, num_workers or os.cpu_count() or 1, progress)
 
     counts = {os.path.basename(path): (n, predictions) for path, n, predictions in results}
-    save_vocab(vocabulary, os.path.join(output_dir, "vocab.txt"))
+    save_vocab(vocabulary, os.path.join(output_dir, VOCAB_FILE))
     metadata = {
-        "format": "google-research/bert create_pretraining_data.py",
+        "format": RECORDS_FORMAT,
         "max_seq_length": options.max_seq_length,
         "max_predictions_per_seq": options.max_predictions_per_seq,
         "masked_lm_prob": options.masked_lm_prob,
@@ -243,24 +268,9 @@ def write_pretraining_data(
         "num_predictions": sum(count[1] for count in counts.values()),
         "shards": {name: counts[name][0] for name in sorted(counts)},
     }
-    _write_json_atomically(metadata, os.path.join(output_dir, METADATA_FILE))
-    return paths
-
-
-def _prepare_output_dir(output_dir, overwrite):
-    os.makedirs(output_dir, exist_ok=True)
-    earlier = sorted(
-        name
-        for name in os.listdir(output_dir)
-        if name.startswith("pretraining-") and ".tfrecord" in name
-    )
-    if earlier and not overwrite:
-        raise ValueError(
-            f"{output_dir} already holds pretraining shards ({earlier[0]}, ...); "
-            "pass overwrite=True or choose a new folder"
-        )
-    for name in earlier:
-        os.remove(os.path.join(output_dir, name))
+    with open(os.path.join(output_dir, METADATA_FILE), "w") as f:
+        json.dump(metadata, f, indent=2)
+    return counts
 
 
 def _run(tasks, num_workers, progress):
@@ -293,22 +303,9 @@ def _ignore_interrupts():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _write_json_atomically(values, path):
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with open(temporary, "w") as f:
-        json.dump(values, f, indent=2)
-    os.replace(temporary, path)
-
-
 def read_metadata(output_dir):
     """The `pretraining_data.json` that `write_pretraining_data` left in `output_dir`."""
-    path = os.path.join(output_dir, METADATA_FILE)
-    if not os.path.isfile(path):
-        raise ValueError(f"{path} not found; expected a folder from write_pretraining_data")
-    metadata = read_json(path, "; write the records again with --overwrite")
-    if not isinstance(metadata, dict):
-        raise ValueError(f"{path} holds {type(metadata).__name__}; expected the JSON object pretraining-data writes")
-    return metadata
+    return read_records_metadata(output_dir)
 
 
 def _record_files(record_glob):

@@ -17,8 +17,10 @@ from kbert.checkpoints import load_hf_checkpoint, resolve_checkpoint, save_hf_ch
 from kbert.checkpoints.huggingface import has_masked_lm, warn_fresh
 from kbert.checkpoints.google import load_google_checkpoint
 from kbert.config import PRESETS, BertConfig
+from kbert.fileio import follow_umask
 from kbert.hardware import log_dtype
 from kbert.models.pretrainer import NEXT_SENTENCE, bert_pretrainer
+from kbert.pretraining.batch_size import check_batch_size, model_shape
 from kbert.pretraining.records import make_pretraining_dataset, read_metadata
 from kbert.pretraining.run_folder import (
     BACKUP_FOLDER,
@@ -299,7 +301,7 @@ def pretrain(
         num_warmup_steps = int(DEFAULT_WARMUP_FRACTION * num_train_steps)
     # What a killed run leaves: rerunning resumes it (or restarts it, killed
     # before its first checkpoint).
-    check_run_folder(out, resumable=checkpoint_every is not None, name=f"out={out!r}")
+    check_run_folder(out, resumable=checkpoint_every is not None, name=f"out={out!r}", init_option="init")
     if init_name is None:
         init_name = init if isinstance(init, str) else "BertConfig"
     backup_dir = os.path.join(out, BACKUP_FOLDER)
@@ -322,6 +324,10 @@ def pretrain(
     features = train.element_spec[0]
     seq_len = features["token_ids"].shape[1]
     global_batch_size = features["token_ids"].shape[0] or batch_size
+    records = train_data if isinstance(train_data, (str, os.PathLike)) else None
+    check_batch_size(global_batch_size, records, model_shape(init, len(vocabulary)), seq_len,
+                     features["masked_lm_positions"].shape[1],
+                     (f"batch_size={global_batch_size}", f"train_data={os.fspath(records or '')!r}"))
     log_batch_sizes(strategy, global_batch_size)
     with strategy.scope():
         config, model, checkpoint_lowercase = _build_model(init, vocabulary, dtype, init_name)
@@ -481,6 +487,7 @@ def _write_outputs(out, model, config, vocabulary, lowercase, history):
         model.save_weights(os.path.join(staging, WEIGHTS_FILE))
         with open(os.path.join(staging, HISTORY_FILE), "w") as f:
             json.dump(history, f, indent=2, default=str)
+        follow_umask(staging)
         # history.json last: its presence marks a complete run.
         for name in (ENCODER_FOLDER, WEIGHTS_FILE, HISTORY_FILE):
             target = os.path.join(out, name)

@@ -88,6 +88,7 @@ class Task(ConfigFields):
     def __init__(self, tokenizer, sequence_length, **values):
         from kbert.text import BertPreprocessor
 
+        self.check_sequence_length(sequence_length)
         self.tokenizer = tokenizer
         self.sequence_length = sequence_length
         self.config = self.Config.create(values, f"task {self.name!r}")
@@ -95,6 +96,21 @@ class Task(ConfigFields):
         self.trained = False
         self.preprocessor = BertPreprocessor(tokenizer, sequence_length=sequence_length)
         self.configure()
+
+    @classmethod
+    def check_sequence_length(cls, sequence_length, name="sequence_length"):
+        """Raises `ValueError` if `sequence_length` leaves no room for text: the task packs
+        [CLS], then each of its `text_inputs` and a [SEP], and each text needs a piece.
+
+        `name`: how the caller names the length ("--seq-len" on the command line).
+        """
+        least = 1 + 2 * len(cls.text_inputs)
+        if not isinstance(sequence_length, int) or sequence_length < least:
+            given = f"{name} {sequence_length}" if name.startswith("--") else f"{name}={sequence_length!r}"
+            packed = " ".join(["[CLS]", *(f"{text} [SEP]" for text in cls.text_inputs)])
+            raise ValueError(
+                f"{given} leaves no room for text: task {cls.name!r} packs {packed}; expected at least {least}"
+            )
 
     @classmethod
     def stored(cls, tokenizer, sequence_length, values):

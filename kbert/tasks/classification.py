@@ -5,9 +5,17 @@ Not a task itself: `text_classification` and `text_pair_classification` are.
 
 import numpy as np
 
+from kbert.tabular import quoted
 from kbert.tasks.base import METRIC_BUDGETS
 from kbert.tasks.objectives import Classes
 from kbert.tasks.text_task import TextTask
+
+
+# A label column in which no value repeats holds texts or ids, not labels
+# (a label column naming the text column): no class has two rows to learn
+# from. Fewer rows than this are not judged (a toy set may have a label a
+# row); a real set with many rare classes still repeats some.
+LABELS_JUDGED_FROM = 20
 
 
 def check_labels(labels):
@@ -30,8 +38,8 @@ def label_ids(labels, examples, source):
         first = unknown[0]
         names = sorted({e.target for e in unknown})
         raise ValueError(
-            f"{source}, line {first.line}: label {first.target!r} is not one the model "
-            f"knows ({len(names)} unknown: {names[:5]}); expected one of {labels}"
+            f"{source}, line {first.line}: label {quoted(first.target, 40)} is not one the model "
+            f"knows ({len(names)} unknown: {quoted(names, 20)}); expected one of {quoted(labels, 30)}"
         )
     return np.array([index[e.target] for e in examples], dtype="int32")
 
@@ -52,7 +60,12 @@ class ClassificationTask(TextTask):
     def learn(cls, examples, source):
         labels = sorted({example.target for example in examples})
         if len(labels) < 2:
-            raise ValueError(f"{source} has {len(labels)} distinct label(s) {labels}; need at least 2")
+            raise ValueError(f"{source} has {len(labels)} distinct label(s) {quoted(labels)}; need at least 2")
+        if len(examples) >= LABELS_JUDGED_FROM and len(labels) == len(examples):
+            raise ValueError(
+                f"{source}: no label repeats in its {len(examples)} rows (such as {quoted(labels[0], 40)}); "
+                "a label names a class of several rows: is the label column a text column?"
+            )
         return {"labels": labels}
 
     @classmethod

@@ -99,7 +99,8 @@ class FillMask(TextTask):
                 tokens = " ".join(self.tokenizer.id_to_token(i) for i in pieces[word])
                 raise ValueError(
                     f"{source}, line {example.line}: answer {word!r} is {len(pieces[word])} word pieces "
-                    f"({tokens}); each {MASK} stands for one word piece of the vocabulary"
+                    f"({tokens}); each {MASK} stands for one word piece of the vocabulary: give it one "
+                    f"{MASK} a piece, with the answers {tokens}, or a word of one piece"
                 )
         return np.array([vocabulary[word] if word in vocabulary else pieces[word][0] for _, word in answers],
                         np.int32)

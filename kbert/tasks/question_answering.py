@@ -37,6 +37,7 @@ import numpy as np
 from kbert.config import ENCODER_INPUTS
 from kbert.logs import warn
 from kbert.recipes import Recipe
+from kbert.tabular import check_text, check_texts
 from kbert.tasks import squad, squad_eval
 from kbert.tasks.base import Task
 from kbert.tasks.squad_features import pack_row, prepare, question_rows, train_figures
@@ -118,6 +119,7 @@ class QuestionAnswering(Task):
     def examples_from_texts(self, texts):
         if len(texts) % 2:
             raise ValueError(f"task {self.name!r} takes texts in pairs (question, context); got {len(texts)}")
+        check_texts(texts)
         return [
             QuestionExample(id=f"text-{i // 2 + 1}", question=texts[i], context=texts[i + 1])
             for i in range(0, len(texts), 2)
@@ -151,6 +153,10 @@ class QuestionAnswering(Task):
             record = {"id": f"input-{i + 1}", **item}
             if not isinstance(record["id"], str):
                 raise ValueError(f'x[{i}]: "id" is {record["id"]!r:.40}; expected a string')
+            # Here, not in `squad.parse_example`: a SQuAD file's empty question is read as run_squad.py reads it.
+            for key in ("question", "context"):
+                if isinstance(record.get(key), str):
+                    check_text(record[key], f"x[{i}][{key!r}]")
             if y is not None:
                 answers = [] if y[i] is None else [y[i]] if isinstance(y[i], dict) else y[i]
                 if not isinstance(answers, list):

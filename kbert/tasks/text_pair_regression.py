@@ -15,6 +15,7 @@ as BERT's STS-B recipe does. Two heads (`--head`):
 
 import dataclasses
 import math
+import numbers
 
 import numpy as np
 
@@ -87,6 +88,19 @@ def check_outliers(examples, source, warn=None):
         )
 
 
+def check_score_range(score_range):
+    """`ValueError` unless `score_range` is None or `[low, high]`, finite numbers with
+    low below high: the cosine head maps [0, 1] onto it, so a reversed range
+    would turn similarity upside down and an empty one flatten it."""
+    if score_range is None:
+        return
+    values = list(score_range) if isinstance(score_range, (list, tuple, np.ndarray)) else None
+    if not (values and len(values) == 2 and all(
+        isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) for v in values
+    ) and values[0] < values[1]):
+        raise ValueError(f"score_range={score_range!r:.80}; expected [low, high], two finite numbers with low below high")
+
+
 class PairScore(Score):
     """A score from the pooled [CLS] of the pair, plus the scaled cosine of each
     text's own vector under the task's `head` "cross-cosine"
@@ -107,6 +121,13 @@ class PairScore(Score):
                 f"{source}: the settings name the {task.head!r} head but the model "
                 f"{'has' if has_cosine else 'lacks'} the cosine term"
             )
+        head = next((layer for layer in model.layers if hasattr(layer, "score_range")), None)
+        stored = [float(value) for value in task.score_range or (0.0, 1.0)]
+        if head is not None and list(head.score_range) != stored:
+            raise ValueError(
+                f"{source}: score_range={task.score_range} but the model's head was built "
+                f"for {list(head.score_range)}"
+            )
 
 
 class TextPairRegression(TextTask):
@@ -122,6 +143,9 @@ class TextPairRegression(TextTask):
             HEADS[0], HEADS, former=FORMER_HEAD, built=True,
         )
         score_range: list = learned("the training scores' [lowest, highest] (the cosine's scale)")
+
+        def __post_init__(self):
+            check_score_range(self.score_range)
 
     recipe = RECIPE
     text_options = ("sentence1_column", "sentence2_column")

@@ -6,7 +6,7 @@ import numbers
 import numpy as np
 
 from kbert.config import ENCODER_INPUTS
-from kbert.tabular import read_table
+from kbert.tabular import check_text, check_texts, read_table
 from kbert.tasks.base import ENCODE_CHUNK, Task
 from kbert.tasks.records import Encoded, TextExample
 
@@ -44,6 +44,7 @@ class TextTask(Task):
         ]
 
     def examples_from_texts(self, texts):
+        check_texts(texts)
         width = len(self.text_inputs)
         if len(texts) % width:
             raise ValueError(
@@ -61,8 +62,10 @@ class TextTask(Task):
         Args:
             x: texts: a list or array of strings or, for a task of two texts,
                 a tuple of two such lists (`text_inputs`).
-            y: None, or one target per example: label names or indices
-                (`labels`), or scores.
+            y: None, or one target per example: label names (`labels`;
+                an integer is the label of that name, refused where it
+                could be read as another label's position: `_targets`), or
+                scores.
         """
         width = len(self.text_inputs)
         if width == 1:
@@ -108,16 +111,25 @@ class TextTask(Task):
 
 
 def _strings(values, name):
-    """`values` (a list, an array or one string) as a list of str; `ValueError` naming `name`."""
+    """`values` (a list, an array or one string) as a list of non-blank str; `ValueError` naming `name`."""
     values = np.asarray(values, dtype=object).reshape(-1).tolist()
     wrong = [value for value in values if not isinstance(value, str)]
     if wrong:
         raise ValueError(f"{name} holds {type(wrong[0]).__name__} {wrong[0]!r:.80}; expected strings")
+    for i, value in enumerate(values):
+        check_text(value, f"{name}[{i}]")
     return values
 
 
 def _targets(y, rows, labels):
-    """`rows` targets from `y`: label names (indices into `labels` become names), or scores."""
+    """`rows` targets from `y`: label names (`labels`), or scores (`labels` None).
+
+    An integer target is a label's name (1 is the label "1"), never a position
+    in `labels`: `labels=n` names its labels "0" to "n-1", where the two agree.
+    An integer that names no label (labels ["neg", "pos"]), or whose label
+    sits at another position (labels ["1", "0"]), is refused: one reading of
+    it would train the model on the wrong label.
+    """
     values = np.asarray(y, dtype=object).reshape(-1).tolist()
     if len(values) != rows:
         raise ValueError(f"y holds {len(values)} targets for {rows} examples")
@@ -126,9 +138,22 @@ def _targets(y, rows, labels):
         if wrong:
             raise ValueError(f"y holds {type(wrong[0]).__name__} {wrong[0]!r:.80}; expected finite numbers (scores)")
         return [float(value) for value in values]
-    if all(isinstance(value, numbers.Integral) and not isinstance(value, bool) for value in values):
-        bad = [value for value in values if not 0 <= value < len(labels)]
-        if bad:
-            raise ValueError(f"label index {bad[0]} is out of range; {len(labels)} labels: {labels}")
-        return [labels[int(value)] for value in values]
+    for i, value in enumerate(values):
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            _check_integer_label(i, int(value), labels)
     return [str(value) for value in values]
+
+
+def _check_integer_label(i, value, labels):
+    """`ValueError` unless the integer target `y[i]` names a label at its own position (if any)."""
+    name = str(value)
+    if name not in labels:
+        raise ValueError(
+            f"y[{i}] is the integer {value}, and no label is named {name!r} (labels {labels!r:.200}); "
+            "give y as label names: an integer is read as a name, never as a position"
+        )
+    if 0 <= value < len(labels) and labels[value] != name:
+        raise ValueError(
+            f"y[{i}] is the integer {value}: the label named {name!r} is at position {labels.index(name)}, "
+            f"but position {value} holds {labels[value]!r} (labels {labels!r:.200}); give y as label names (strings)"
+        )

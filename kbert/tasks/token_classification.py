@@ -39,6 +39,7 @@ import numpy as np
 
 from kbert.config import ENCODER_INPUTS
 from kbert.recipes import Recipe
+from kbert.tabular import check_text, check_texts
 from kbert.tasks.base import ENCODE_CHUNK, INFERENCE_BATCH_SIZE, Task
 from kbert.tasks.records import Encoded, WordsExample
 from kbert.tasks.objectives import Tags
@@ -177,6 +178,7 @@ class TokenClassification(Task):
         return tag_ids(self.tags, examples, source, self._tag_ids)
 
     def examples_from_texts(self, texts):
+        check_texts(texts)
         _, starts, ends = self.tokenizer.words_with_offsets(list(texts))
         splits = starts.row_splits.numpy()
         starts, ends = starts.flat_values.numpy().tolist(), ends.flat_values.numpy().tolist()
@@ -211,6 +213,8 @@ class TokenClassification(Task):
             raise ValueError(f"x[{texts[0]}] is a raw text, and y tags words; give x as lists of words")
         if y is not None and len(y) != len(items):
             raise ValueError(f"y holds {len(y)} tag lists for {len(items)} word lists")
+        for i in texts:
+            check_text(items[i], f"x[{i}]")
         raw = iter(self.examples_from_texts([items[i] for i in texts]) if texts else [])
         examples = []
         for i, words in enumerate(items):

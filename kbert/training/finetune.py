@@ -19,10 +19,12 @@ import keras
 
 from kbert.checkpoints.huggingface import init_encoder, read_init
 from kbert.config import check_init
+from kbert.fileio import write_file
 from kbert.hardware import log_dtype
 from kbert.logs import to_stderr
 from kbert.modelfolder import check_model_out, write_model_folder
 from kbert.pretraining.adapt import adapt, adaptation_text
+from kbert.pretraining.run_folder import BACKUP_FOLDER, HISTORY_FILE
 from kbert.recipes import check_adaptation, check_probe
 from kbert.tasks import DEFAULT_TASK, get_task
 from kbert.tasks.inference import NonFiniteOutputs
@@ -211,6 +213,7 @@ def finetune(
     check_training_numbers(recipe.batch_size, recipe.epochs, recipe.learning_rate)
     check_adaptation(recipe.adapt_steps)
     check_probe(task_class, recipe.probe_head)
+    task_class.check_sequence_length(recipe.sequence_length)
     check_callbacks(callbacks)
     if isinstance(strategy, str) and strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
@@ -446,6 +449,7 @@ def fit_epochs(
 def dev_figures(task, model, examples, encoded):
     """The task's figures of `model` on the dev `examples`, after `task.tune` on them:
     run in batches of `kbert evaluate`'s size, so that it gives the same figures."""
+
     def predict():
         return task.decode(examples, encoded, task.run(model, encoded.features))
 
@@ -467,30 +471,60 @@ def file_identity(path):
     return {"path": os.path.abspath(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
+def resume_folder(out):
+    """The folder beside `out` where a run that writes `out` keeps its checkpoints."""
+    return os.path.join(
+        os.path.dirname(os.path.abspath(out)), RESUME_PREFIX + os.path.basename(os.path.normpath(out))
+    )
+
+
 def _resume_folder(out, run, log):
     """The resume folder of `out` for `run`; an earlier run's with other settings is removed.
 
-    The folder is kbert's own (named after `out`, holding `run.json`), so
-    removing it loses nothing of the user's.
+    The folder is kbert's own (named after `out`, holding `run.json`, or
+    only what kbert writes there), so removing it loses nothing of the
+    user's. One that holds no checkpoint (a run stopped before its first
+    epoch ended) is removed whatever its settings.
     """
-    folder = os.path.join(
-        os.path.dirname(os.path.abspath(out)), RESUME_PREFIX + os.path.basename(os.path.normpath(out))
-    )
+    folder = resume_folder(out)
     fingerprint = hashlib.sha256(json.dumps(run, sort_keys=True).encode()).hexdigest()
     path = os.path.join(folder, RUN_FILE)
     if os.path.isdir(folder):
         try:
             with open(path) as f:
                 earlier = json.load(f).get("fingerprint")
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):
             earlier = None
         if earlier == fingerprint:
             return folder
-        if earlier is None and os.listdir(folder):
+        if earlier is None and not _holds_only_kbert_files(folder):
             raise ValueError(f"{folder} is in the way and kbert did not write it; move it aside")
-        log(f"starting afresh: {folder} holds the checkpoints of a run with other settings")
+        if _holds_checkpoint(folder):
+            log(f"starting afresh: {folder} holds the checkpoints of a run with other settings")
+        else:
+            log(f"starting afresh: {folder} holds no checkpoint (a run stopped before its first epoch ended)")
         shutil.rmtree(folder)
     os.makedirs(folder)
-    with open(path, "w") as f:
-        json.dump({"fingerprint": fingerprint, "run": run}, f, indent=2)
+    write_file(path, lambda f: json.dump({"fingerprint": fingerprint, "run": run}, f, indent=2), mode="w")
     return folder
+
+
+def _holds_only_kbert_files(folder):
+    """Whether every entry of a resume folder is one kbert writes there: `run.json`
+    (or its temporary file, `kbert.fileio.write_file`), the adaptation's run,
+    the checkpoints (`AtomicBackup.is_own_entry`)."""
+    return all(
+        name in (RUN_FILE, ADAPT_FOLDER) or name.startswith(".kbert-") or AtomicBackup.is_own_entry(name)
+        for name in os.listdir(folder)
+    )
+
+
+def _holds_checkpoint(folder):
+    """Whether a resume folder holds what a run resumes from: an epoch's checkpoint,
+    or the adaptation's (its last checkpoint, or the adapted encoder)."""
+    adaptation = os.path.join(folder, ADAPT_FOLDER)
+    return (
+        AtomicBackup.restore_point(folder)[0] is not None
+        or AtomicBackup.restore_point(os.path.join(adaptation, BACKUP_FOLDER))[0] is not None
+        or os.path.isfile(os.path.join(adaptation, HISTORY_FILE))
+    )

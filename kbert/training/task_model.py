@@ -19,7 +19,7 @@ Every task (`kbert.tasks.TASKS`), each with its own inputs:
 
 | task | x | y |
 | --- | --- | --- |
-| text-classification | texts | label names or indices |
+| text-classification | texts | label names (an integer `1` is the label "1") |
 | text-pair-classification, text-pair-regression | `(first_texts, second_texts)` | labels, or scores |
 | token-classification | raw texts, or lists of words | a list of tags per list of words |
 | question-answering | `{"question", "context"}` dicts, or `(questions, contexts)` | `{"text", "answer_start"}`, or None for no answer (v2.0) |
@@ -103,7 +103,7 @@ class TaskModel(keras.Model):
             dtype: a dtype policy, "auto" (mixed bfloat16 where the device
                 multiplies it natively) or None (the global policy).
             **options: fields of the task's `Config` (`kbert.tasks.task_config`):
-                what training data would teach and its options, e.g. `score_range=(0, 5)`,
+                what training data would teach and its options, e.g. `score_range=(0, 5)` (finite, low below high),
                 `truncate="longest_first"`; for token classification
                 `tags=["O", "B-LOC", ...]` (required) and `scheme` (IOB1, IOB2,
                 BIOES; default "auto": from the tags); for question answering
@@ -201,8 +201,12 @@ class TaskModel(keras.Model):
         Args:
             x: the task's inputs (the module's table; `Task.examples_from_inputs`),
                 or a `tf.data.Dataset` of batches of `(x, y)` (`inputs_from_dataset`).
-            y: targets, one per example: label names or indices, scores, tag
-                lists or answers.
+            y: targets, one per example: label names, scores, tag lists or
+                answers. An integer label is the label of that name, never a
+                position: with `labels=2` (named "0" and "1") `[0, 1]` work;
+                with `labels=["1", "0"]` they are refused (give the names as
+                strings), and so are they with `labels=["neg", "pos"]`.
+                Every text must be non-blank (as `kbert finetune` requires).
             batch_size, epochs: default the task's recipe's.
             validation_data: `(x, y)` in the same form, or a dataset. A task
                 that chooses a setting on dev predictions, as `kbert finetune`
@@ -376,8 +380,50 @@ class TaskModel(keras.Model):
         encoded = self.task.encode(examples, targets=targets)
         return examples, encoded, self.task.run(self.network, encoded.features, batch_size)
 
+    def save(self, filepath, overwrite=False, zipped=None, **kwargs):
+        """Writes the model, preprocessing included, as one `.keras` file; `keras.saving.load_model` reads it back.
+
+        The file is written beside `filepath`, then renamed: an older file
+        stays whole until the new one is complete. An existing file is
+        replaced only with `overwrite=True`, and only if kbert wrote it: a
+        `.keras` zip archive whose `config.json` holds a kbert `TaskModel`
+        (registered name "kbert>TaskModel"). Anything else there is the
+        user's and is never replaced (Keras's own default replaces it).
+
+        Args:
+            filepath: str or path-like. A name ending in `.keras`.
+            overwrite: bool. Replace a `TaskModel` file saved there before.
+            zipped, **kwargs: as Keras's `Model.save` (the file is zipped).
+
+        Raises:
+            ValueError: one line naming `filepath`: not a `.keras` name, a
+                folder, a file kbert did not write, or one without `overwrite`.
+        """
+        from kbert.fileio import keras_archive_class, written_aside
+
+        path = os.fspath(filepath)
+        if zipped is False or not path.endswith(".keras"):
+            raise ValueError(f"{path}: TaskModel.save writes one .keras file; expected a name ending in .keras "
+                             "(a kbert model folder: save_folder)")
+        if os.path.isdir(path):
+            raise ValueError(f"{path} is a folder; expected a .keras file name")
+        if os.path.lexists(path):
+            if keras_archive_class(path) != keras.saving.get_registered_name(TaskModel):
+                raise ValueError(f"{path} exists and is not a TaskModel .keras file kbert wrote; kbert replaces "
+                                 "only its own files: choose another name")
+            if not overwrite:
+                raise ValueError(f"{path} exists; pass overwrite=True to replace it")
+        with written_aside(path, suffix=".keras") as staging:
+            super().save(staging, overwrite=True, zipped=zipped, **kwargs)
+
     def save_folder(self, out, metrics=None, overwrite=False):
-        """Writes a kbert model folder (`kbert evaluate`, `predict`, `export` take it)."""
+        """Writes a kbert model folder (`kbert evaluate`, `predict`, `export` take it).
+
+        An existing `out` is replaced only with `overwrite=True`, and only if
+        it is a kbert model folder holding nothing kbert did not write (a
+        file or folder of the user's, even an empty one, is refused:
+        `kbert.fileio.foreign_entries`).
+        """
         from kbert.modelfolder import write_model_folder
 
         if not self.task.trainable:
