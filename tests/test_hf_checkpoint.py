@@ -187,8 +187,8 @@ for architecture in (transformers.BertForPreTraining, transformers.BertForMasked
 @pytest.fixture(scope="module")
 def hf_heads(tmp_path_factory):
     """Folders transformers wrote, their logits (an implementation of the heads
-    independent of kbert's) and the features they were computed on."""
-    pytest.importorskip("transformers")
+    independent of kbert's) and the features they were computed on (transformers and
+    PyTorch: the dev extra's; a missing one fails the subprocess)."""
     root = tmp_path_factory.mktemp("hf_heads")
     rng = np.random.default_rng(0)
     token_ids = rng.integers(5, 60, (3, 12))
