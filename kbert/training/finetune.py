@@ -448,7 +448,10 @@ def fit_epochs(
 
 def dev_figures(task, model, examples, encoded):
     """The task's figures of `model` on the dev `examples`, after `task.tune` on them:
-    run in batches of `kbert evaluate`'s size, so that it gives the same figures."""
+    run as `kbert evaluate` runs the saved model (batches of its size, no XLA),
+    so that it gives the same figures: under bfloat16, XLA's fused kernels round
+    otherwise and can flip a near tie."""
+    model.jit_compile, model.predict_function = False, None
 
     def predict():
         return task.decode(examples, encoded, task.run(model, encoded.features))
