@@ -13,6 +13,7 @@ import importlib
 import sys
 
 from kbert.lazy import lazy_names
+from kbert.quiet import hold_startup_lines_on_import
 
 __version__ = "0.1.0"
 
@@ -33,6 +34,8 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_names(__name__, _EXPORTS)
+# TensorFlow's start-up lines are held back when it first loads (`kbert.quiet`).
+hold_startup_lines_on_import()
 
 
 # Keras on TensorFlow has loaded TensorFlow already: TaskModel, whose

@@ -1,6 +1,7 @@
 """What every `kbert` command reads and writes, and how it stops.
 
-- Results: `print_json` prints one JSON line, and refuses NaN and infinity.
+- Results: `print_json` prints one JSON line, and refuses NaN and infinity;
+  while a command runs (`json_stdout`) nothing else reaches stdout.
 - Inputs: `check_inputs` refuses a missing file before TensorFlow loads.
 - Texts: `read_texts` reads a .txt file (one text a line) or a .json list,
   and names the file and line of what it refuses.
@@ -14,6 +15,7 @@
   (`is_tensorflow_data_error`, `tensorflow_reason`).
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -44,13 +46,33 @@ def last_line(prefix, message):
     return line[:keep] + " … " + line[len(line) - (MAX_LINE - 3 - keep):]
 
 
+# Where `print_json` writes while a command runs (`json_stdout`); None: sys.stdout.
+_results = None
+
+
+@contextlib.contextmanager
+def json_stdout():
+    """While a command runs: `print_json` writes its results to standard output,
+    and everything else printed there (Keras's progress lines, a library's
+    prints) goes to standard error, so that stdout is JSON lines only."""
+    global _results
+    previous, _results = _results, sys.stdout
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _results = previous
+
+
 def print_json(value):
     """One JSON line on stdout; NaN and infinity are refused, never printed."""
     try:
         line = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except ValueError:
         raise CliError("the result holds NaN or infinity; the model is broken") from None
-    print(line)
+    stream = _results or sys.stdout
+    stream.write(line + "\n")
+    stream.flush()
 
 
 def check_inputs(args):

@@ -21,6 +21,7 @@ Example:
 >>> folder.predict(folder.task.examples_from_texts(["A text editor."]))  # doctest: +SKIP
 """
 
+import contextlib
 import json
 import os
 import zipfile
@@ -101,11 +102,25 @@ def write_model_folder(out, model, vocabulary, task, settings, metrics, overwrit
     content = {"format": FORMAT, "task": task.name, "task_settings": task.settings(),
                "vocabulary_size": len(vocabulary), **settings}
     with staged_folder(out, is_model_folder, overwrite, what="model", known_names=MODEL_FOLDER_NAMES) as staging:
-        model.save(os.path.join(staging, MODEL_FILE))
+        with _without_training_state(model):
+            model.save(os.path.join(staging, MODEL_FILE))
         save_vocab(vocabulary, os.path.join(staging, VOCAB_FILE))
         for name, value in ((SETTINGS_FILE, content), (METRICS_FILE, metrics)):
             with open(os.path.join(staging, name), "w", encoding="utf-8") as f:
                 json.dump(value, f, indent=2, ensure_ascii=False, allow_nan=False)
+
+
+@contextlib.contextmanager
+def _without_training_state(model):
+    """`model` as an uncompiled model while it is saved: `model.keras` then holds the
+    weights alone, not the optimizer's two moments of each (three times the size);
+    a run resumes from its own checkpoints (`kbert.fitting.backup`)."""
+    optimizer, compiled = getattr(model, "optimizer", None), getattr(model, "compiled", False)
+    model.optimizer, model.compiled = None, False
+    try:
+        yield
+    finally:
+        model.optimizer, model.compiled = optimizer, compiled
 
 
 class ModelFolder:

@@ -12,11 +12,8 @@ status 2.
 """
 
 import argparse
-import os
-import re
 import signal
 import sys
-import tempfile
 
 from kbert.cliargs import DEBIAN, HelpFormatter, examples_epilog
 from kbert.cliio import (
@@ -27,48 +24,12 @@ from kbert.cliio import (
     input_paths,
     interrupted_line,
     is_tensorflow_data_error,
+    json_stdout,
     last_line,
     tensorflow_reason,
 )
 from kbert.interrupts import Interrupted, handle_signals, restore
-
-# TensorFlow's start-up lines that `_quiet_tensorflow` drops.
-_TENSORFLOW_STARTUP = re.compile(
-    r"absl::InitializeLog\(\) is called|port\.cc:\d+\] oneDNN custom operations|cudart_stub\.cc"
-    r"|cuda_platform\.cc:\d+\] failed call to cuInit|cpu_feature_guard\.cc"
-    r"|^To enable the following instructions|rebuild TensorFlow with the appropriate compiler flags"
-)
-
-
-def _quiet_tensorflow():
-    """Starts TensorFlow without its start-up log lines, unless TF_CPP_MIN_LOG_LEVEL is set.
-
-    TensorFlow 2.21 writes them (the oneDNN notice, CUDA probes on a machine
-    without a GPU, CPU instruction sets) through absl before absl's logging is
-    set up, where TF_CPP_MIN_LOG_LEVEL does not reach; so stderr is held while
-    TensorFlow loads and lists its devices, and every other line is passed on.
-    oneDNN itself stays as it is (TF_ENABLE_ONEDNN_OPTS changes numerics).
-    """
-    if "TF_CPP_MIN_LOG_LEVEL" in os.environ:
-        return
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    with tempfile.TemporaryFile() as held:
-        sys.stderr.flush()
-        stderr = os.dup(2)
-        os.dup2(held.fileno(), 2)
-        try:
-            import tensorflow as tf
-
-            tf.config.list_physical_devices()
-        finally:
-            sys.stderr.flush()
-            os.dup2(stderr, 2)
-            os.close(stderr)
-            held.seek(0)
-            for line in held.read().decode("utf-8", "replace").splitlines(keepends=True):
-                if not _TENSORFLOW_STARTUP.search(line):
-                    sys.stderr.write(line)
-
+from kbert.quiet import quiet_tensorflow
 
 def version_line():
     """`kbert --version`: kbert's version and those of the libraries it runs on, for a bug report.
@@ -159,8 +120,9 @@ def main(argv=None):
         check_inputs(args)
         if hasattr(args, "check"):
             args.check(args)
-        _quiet_tensorflow()
-        status = args.run(args)
+        quiet_tensorflow()
+        with json_stdout():
+            status = args.run(args)
     except (CliError, ValueError, OSError) as error:
         print(last_line("kbert: error: ", str(error).strip() or type(error).__name__), file=sys.stderr)
         return 2

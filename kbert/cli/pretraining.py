@@ -5,12 +5,11 @@ imports TensorFlow only then, so `kbert --help` stays instant. Each `check_*`
 makes the command's refusals that need no TensorFlow, before it loads.
 """
 
-import json
 import os
 import sys
 
 from kbert.cliargs import add_command, fraction, learning_rate, positive_int
-from kbert.cliio import CliError, check_output_file, is_vocab_file
+from kbert.cliio import CliError, check_output_file, is_vocab_file, print_json
 from kbert.config import PACKAGED_CHECKPOINTS, PRESETS, resolve_checkpoint
 from kbert.fileio import check_distinct, write_file
 from kbert.pretraining.records_folder import check_records_out, is_records_folder, read_records_metadata
@@ -25,7 +24,7 @@ def cmd_tokenize(args):
     for text in args.texts:
         packed = preprocessor([text])
         ids = packed["token_ids"][0].numpy()
-        print(json.dumps([int(i) for i in ids[packed["padding_mask"][0].numpy() == 1]]))
+        print_json([int(i) for i in ids[packed["padding_mask"][0].numpy() == 1]])
 
 
 def check_vocab(args):
@@ -42,7 +41,7 @@ def cmd_vocab(args):
     )
     text = "".join(token + "\n" for token in vocabulary).encode("utf-8")
     write_file(args.out, lambda f: f.write(text))
-    print(json.dumps({"vocab": args.out, "size": len(vocabulary)}))
+    print_json({"vocab": args.out, "size": len(vocabulary)})
 
 
 def check_pretraining_data(args):
@@ -71,11 +70,11 @@ def cmd_pretraining_data(args):
         progress=sys.stderr.isatty(),
     )
     metadata = read_metadata(args.out)
-    print(json.dumps({
+    print_json({
         "records": args.out,
         "shards": len(metadata["shards"]),
         "num_instances": metadata["num_instances"],
-    }))
+    })
 
 
 def _pretraining_init(config):
@@ -216,12 +215,12 @@ def cmd_pretrain(args):
         **kwargs,
     )
     final = {k: v for k, v in history["final"].items() if k in ("step", "loss", "masked_lm_accuracy")}
-    print(json.dumps({
+    print_json({
         "model": args.out,
         "final": final,
         "throughput": history["throughput"],
         "weights_sha256": history["weights_sha256"],
-    }))
+    })
 
 
 def add_pretraining_commands(sub):

@@ -7,7 +7,6 @@ Each `check_*` makes the command's refusals that need no TensorFlow (a
 kbert may not write, data the task cannot read), before it loads.
 """
 
-import json
 import os
 
 from kbert.cliargs import (
@@ -98,7 +97,7 @@ def cmd_embed(args):
     folder, _ = _load_model_folder(args)
     embeddings = folder.embed(texts, batch_size=args.batch_size)
     write_file(args.output, lambda f: np.save(f, embeddings))
-    print(json.dumps({"output": args.output, "shape": list(embeddings.shape)}))
+    print_json({"output": args.output, "shape": list(embeddings.shape)})
 
 
 def check_search(args):

@@ -3,14 +3,19 @@
     kbert export --model runs/debian-minilm --out saved_models/debian \\
         --data data/debian-packages/dev.csv --calibration data/debian-packages/train.csv
 
+It prints one JSON line (`report_summary`); progress and the report's table go to stderr.
 Exit status (from `kbert.cli.main`): 0 when every artefact is within budget,
 1 when one is not (the artefacts and the report are written all the same), 2
 for bad input (`ValueError`, one line on stderr, nothing written).
 """
 
+import math
 import os
 import signal
 import sys
+
+from kbert.cliio import print_json
+from kbert.export.options import REPORT_FILE
 
 # Exit status when an artefact exceeds its budget.
 EXIT_OVER_BUDGET = 1
@@ -149,7 +154,35 @@ def run_export(args):
         )
     finally:
         signal.signal(signal.SIGTERM, previous)
+    print_json(report_summary(report, args.out))
     return 0 if report["passed"] else EXIT_OVER_BUDGET
+
+
+def report_summary(report, out):
+    """What `kbert export` prints: the folder, its verdict and each artefact's
+    figures against its budget (a NaN or infinite figure as null); the whole
+    report is `OUT/report.json`."""
+    metric = report["metric"]
+
+    def finite(value):
+        return value if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+    return {
+        "out": out,
+        "task": report["task"],
+        "passed": report["passed"],
+        "report": os.path.join(out, REPORT_FILE),
+        "keras": {metric: finite(report["keras"].get(metric))},
+        "artefacts": [
+            {
+                "path": entry["path"], "format": entry["format"], "quantization": entry["quantization"],
+                "max_abs_diff": finite(entry.get("max_abs_diff")), metric: finite(entry.get(metric)),
+                "size_bytes": entry.get("size_bytes"), "latency_ms": finite(entry["latency"].get("median_ms")),
+                "passed": entry["passed"],
+            }
+            for entry in report["artefacts"]
+        ],
+    }
 
 
 def _exit_on_sigterm(signum, frame):

@@ -67,6 +67,7 @@ import tempfile
 
 import keras
 
+from kbert.logs import to_stderr
 from kbert.models import train_on_real_tokens
 
 logger = logging.getLogger(__name__)
@@ -162,7 +163,7 @@ def log_batch_sizes(strategy, global_batch_size):
             f"{global_batch_size // replicas} per replica ({type(strategy).__name__})"
         )
     logger.info(message)
-    print(message, flush=True)
+    to_stderr(message)
     return message
 
 

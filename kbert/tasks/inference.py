@@ -4,6 +4,8 @@
 the exporter ask the task, never this module.
 """
 
+import sys
+
 import numpy as np
 
 from kbert.config import ENCODER_INPUTS
@@ -33,6 +35,7 @@ def batches_by_length(features, batch_size, sequence_length):
 def run_full_length(model, features, names, batch_size):
     """`model`'s outputs on every row at its full length, in order: a dict keyed by `names`."""
     check_rows(features)
+    _expect_retracing()
     result = model.predict(
         {name: features[name] for name in ENCODER_INPUTS}, batch_size=batch_size, verbose=0
     )
@@ -48,6 +51,7 @@ def run_by_length(model, features, names, sequence_length, batch_size):
     call is most of a single query's time.
     """
     check_rows(features)
+    _expect_retracing()
     chunks, order = [], []
     for index, width in batches_by_length(features, batch_size, sequence_length):
         batch = {name: np.asarray(features[name])[index, :width] for name in ENCODER_INPUTS}
@@ -60,6 +64,14 @@ def run_by_length(model, features, names, sequence_length, batch_size):
         outputs[name] = np.empty_like(values)
         outputs[name][order] = values
     return check_finite(outputs)
+
+
+def _expect_retracing():
+    """Keras's predict step traces once per batch width here: TensorFlow's warning of it is dropped."""
+    if "tensorflow" in sys.modules:
+        from kbert.quiet import drop_predict_retracing_warnings
+
+        drop_predict_retracing_warnings()
 
 
 def replicas(model):
