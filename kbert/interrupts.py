@@ -3,9 +3,11 @@
 The command line handles both signals with `on_signal`, which raises
 `Interrupted` in the main thread as soon as it runs Python. Python that runs
 inside a garbage-collector callback (JAX's `_xla_gc_callback`, which importing
-Keras registers where JAX is installed, runs at every collection) or an
-object's `__del__` cannot raise: Python prints "Exception ignored in ..." with a traceback and goes on.
-There the handler raises nothing; it asks again a moment later
+Keras registers where JAX is installed, runs at every collection), a weak
+reference's callback or an object's `__del__` cannot raise: Python hands the
+exception to `sys.unraisablehook`, which prints "Exception ignored in ..." with
+a traceback, and goes on. While the handlers are installed, that hook takes an
+`Interrupted` and has the signal handled again a moment later
 (`REDELIVERY_DELAY_S`), from a helper thread, so that the raise lands once
 that callback has returned. A raise lost elsewhere (a C extension's callback
 that clears a pending error) would let a run go on as if never stopped; the
@@ -14,9 +16,9 @@ step (`raise_pending`, `kbert.fitting.backup.PendingInterrupt`).
 """
 
 import _thread
-import gc
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -36,17 +38,14 @@ class Interrupted(KeyboardInterrupt):
 
 _pending = None
 _redelivery = None  # the helper thread while handlers are installed
+_previous_unraisablehook = None
 
 
 def on_signal(signum, frame):
-    """A signal handler: records `signum`, then raises `Interrupted`, or, inside
-    a callback that would swallow the raise, has the signal handled again once
-    it has returned."""
+    """A signal handler: records `signum`, then raises `Interrupted` (which
+    `_redeliver_unraisable` hands back if a callback swallows it)."""
     global _pending
     _pending = signum
-    if _redelivery is not None and _raise_would_be_lost(frame):
-        _redelivery.ask()
-        return
     raise Interrupted(signum)
 
 
@@ -59,9 +58,10 @@ def raise_pending():
 def handle_signals():
     """Installs `on_signal` for SIGTERM, and for SIGINT unless it is ignored (a
     process started in the background); returns what to give `restore`."""
-    global _pending, _redelivery
+    global _pending, _redelivery, _previous_unraisablehook
     _pending = None
     _redelivery = _Redelivery()
+    _previous_unraisablehook, sys.unraisablehook = sys.unraisablehook, _redeliver_unraisable
     previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, on_signal)}
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, on_signal)
@@ -70,24 +70,25 @@ def handle_signals():
 
 def restore(previous):
     """Puts back the handlers `handle_signals` replaced, and forgets any pending signal."""
-    global _pending, _redelivery
+    global _pending, _redelivery, _previous_unraisablehook
     for signum, handler in previous.items():
         signal.signal(signum, handler)
+    if _previous_unraisablehook is not None:
+        sys.unraisablehook, _previous_unraisablehook = _previous_unraisablehook, None
     _pending = None
     if _redelivery is not None:
         _redelivery.stop()
         _redelivery = None
 
 
-def _raise_would_be_lost(frame):
-    """Whether `frame` runs inside a garbage-collector callback or a `__del__`,
-    where an exception is printed as "Exception ignored in ..." and dropped."""
-    callbacks = {getattr(getattr(callback, "__func__", callback), "__code__", None) for callback in gc.callbacks}
-    while frame is not None:
-        if frame.f_code in callbacks or frame.f_code.co_name == "__del__":
-            return True
-        frame = frame.f_back
-    return False
+def _redeliver_unraisable(unraisable):
+    """`sys.unraisablehook` while the handlers are installed: an `Interrupted`
+    raised where Python cannot raise is asked for again from the helper thread;
+    anything else goes to the hook that was there before."""
+    if isinstance(unraisable.exc_value, Interrupted) and _redelivery is not None:
+        _redelivery.ask()
+    else:
+        _previous_unraisablehook(unraisable)
 
 
 class _Redelivery:

@@ -354,7 +354,9 @@ def _check_parts(loaded, paths):
     """`ValueError` naming the files of the first fact the folder's parts disagree on:
     `kbert.json`'s `bert_config`, `sequence_length` and `vocabulary_size`
     against the encoder in `model.keras` and the lines of `vocab.txt` (the
-    head against the task's settings is `Task.check_model`'s)."""
+    head against the task's settings is `Task.check_model`'s). The first file
+    named is named by its path, the second, in the same folder, by its name,
+    so that the line holds both whole."""
     settings_file, model_file, vocab_file = paths[SETTINGS_FILE], paths[MODEL_FILE], paths[VOCAB_FILE]
     try:
         facts = _encoder_facts(loaded)
@@ -362,21 +364,21 @@ def _check_parts(loaded, paths):
         raise ValueError(f"{model_file} holds no kbert BERT encoder ({error})") from None
     for key, stored, actual, what in facts:
         if stored != actual:
-            raise ValueError(f"{settings_file} says {key}={stored} but {model_file} has {actual} {what}")
+            raise ValueError(f"{settings_file} says {key}={stored} but {MODEL_FILE} has {actual} {what}")
     try:
         loaded.config.check_sequence_length(loaded.sequence_length)
     except ValueError as error:
-        raise ValueError(f"{settings_file}: {error} (the position embeddings of {model_file})") from None
+        raise ValueError(f"{settings_file}: {error} (the position embeddings of {MODEL_FILE})") from None
     tokens, rows = len(loaded.vocabulary), loaded.config.vocab_size
     # Folders written before `vocabulary_size` was stored are held to the embedding's rows alone.
     written = loaded.settings.get("vocabulary_size")
     if written is not None and tokens != written:
         raise ValueError(
-            f"{vocab_file} has {tokens} tokens; {settings_file} says the model was written with {written} "
+            f"{vocab_file} has {tokens} tokens; {SETTINGS_FILE} says the model was written with {written} "
             "(the file is cut or replaced): restore the folder's vocab.txt"
         )
     if tokens > rows:
-        raise ValueError(f"{vocab_file} has {tokens} tokens; {model_file} embeds {rows} token ids")
+        raise ValueError(f"{vocab_file} has {tokens} tokens; {MODEL_FILE} embeds {rows} token ids")
 
 
 def _encoder_facts(loaded):

@@ -16,6 +16,7 @@ import signal
 import stat
 import sys
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -500,6 +501,10 @@ def test_interrupted_embed_writes_nothing(tmp_path, classifier, monkeypatch, cap
     assert sorted(os.listdir(tmp_path)) == ["texts.txt"]
 
 
+class _Watched:
+    """An object a weak reference's callback watches."""
+
+
 class _Dropped:
     """An object whose `__del__` receives a signal, as a collected one's may at any moment."""
 
@@ -507,10 +512,10 @@ class _Dropped:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-@pytest.mark.parametrize("where", ["gc callback", "__del__"])
+@pytest.mark.parametrize("where", ["gc callback", "weakref callback", "__del__"])
 def test_a_signal_inside_a_callback_is_raised_once_it_returns(where, monkeypatch):
     """JAX's `_xla_gc_callback` runs at every garbage collection, often while TensorFlow and Keras load: a
-    Ctrl-C whose handler ran inside it was printed as "Exception ignored in ..." with a traceback, and the
+    Ctrl-C whose handler ran inside it (or inside a weak reference's callback or a `__del__`) was printed as "Exception ignored in ..." with a traceback, and the
     raise was lost. A real signal, handled inside a real callback: raised after it, nothing printed."""
     from kbert import interrupts
 
@@ -530,6 +535,10 @@ def test_a_signal_inside_a_callback_is_raised_once_it_returns(where, monkeypatch
         with pytest.raises(interrupts.Interrupted):
             if where == "gc callback":
                 gc.collect()
+            elif where == "weakref callback":
+                dropped = _Watched()
+                weakref.finalize(dropped, os.kill, os.getpid(), signal.SIGTERM)
+                del dropped  # its finalizer runs here
             else:
                 _Dropped()  # no name holds it: its __del__ runs here
             deadline = time.monotonic() + 5
