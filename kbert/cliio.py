@@ -64,15 +64,26 @@ def json_stdout():
         _results = previous
 
 
-def print_json(value):
-    """One JSON line on stdout; NaN and infinity are refused, never printed."""
+def print_json(value, flush=True):
+    """One JSON line on stdout; NaN and infinity are refused, never printed.
+    `flush=False` leaves it buffered until the next flush (`flush_json`)."""
+    stream = _results or sys.stdout
+    stream.write(json_line(value))
+    if flush:
+        stream.flush()
+
+
+def flush_json():
+    """Sends the JSON lines `print_json` left buffered on their way."""
+    (_results or sys.stdout).flush()
+
+
+def json_line(value):
+    """`value` as one line of JSON, its newline included; NaN and infinity are refused."""
     try:
-        line = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        return json.dumps(value, ensure_ascii=False, allow_nan=False) + "\n"
     except ValueError:
         raise CliError("the result holds NaN or infinity; the model is broken") from None
-    stream = _results or sys.stdout
-    stream.write(line + "\n")
-    stream.flush()
 
 
 def check_inputs(args):
@@ -211,7 +222,10 @@ def is_vocab_file(path):
 
 
 def interrupted_line(args):
-    """What an interrupted command kept, and how to go on, in one line."""
+    """What an interrupted command kept, and how to go on, in one line; a
+    command that keeps work of its own says so (its parser's `interrupted`)."""
+    if hasattr(args, "interrupted"):
+        return args.interrupted(args)
     out = getattr(args, "out", None)
     if args.command in ("finetune", "distill"):
         from kbert.fitting.backup import AtomicBackup
@@ -229,8 +243,14 @@ def interrupted_line(args):
             return (f"interrupted; the last checkpoint is in {os.path.join(out, BACKUP_FOLDER)}; "
                     "run the same command again to resume")
         return f"interrupted; {out} holds no checkpoint to resume from (--checkpoint-every saves them)"
-    written = {"embed": "output", "search": "index", "vocab": "out", "export": "out",
-               "pretraining-data": "out"}.get(args.command)
+    if args.command == "predict" and not getattr(args, "output", None):
+        # `kbert.cli.use.cmd_predict` counts each line once written, so a stop just
+        # after a write may leave the last line printed uncounted, never the reverse.
+        printed = getattr(args, "printed", 0)
+        return (f"interrupted; the predictions of the first {printed} examples were printed, whole lines "
+                "(perhaps one more: count the lines to resume)")
+    written = {"embed": "output", "search": "index", "vocab": "out",
+               "pretraining-data": "out", "predict": "output"}.get(args.command)
     if written and getattr(args, written, None):
         return f"interrupted; {getattr(args, written)} was not written or changed"
     return "interrupted"

@@ -28,7 +28,7 @@ import zipfile
 
 from kbert.config import ENCODER_INPUTS, PACKAGED_CHECKPOINTS, BertConfig
 from kbert.fileio import check_distinct, check_output_folder, read_json, staged_folder
-from kbert.tasks import DEFAULT_TASK, TASKS, get_task
+from kbert.tasks import DEFAULT_TASK, TASKS, get_task, inference
 from kbert.tasks.base import INFERENCE_BATCH_SIZE as BATCH_SIZE
 
 MODEL_FILE = "model.keras"
@@ -310,15 +310,29 @@ class ModelFolder:
         except ValueError as error:
             raise ValueError(f"{self.path}: {error}") from None
 
+    def predict_chunks(self, examples, batch_size=BATCH_SIZE):
+        """`(chunk, predictions)` for each chunk of `examples` (any iterable, read as it
+        is used), in order: memory holds one chunk's rows (`kbert.tasks.inference.predict_chunks`)."""
+        return inference.predict_chunks(self.task, examples, lambda features: self.outputs(features, None, batch_size))
+
     def predict(self, examples, batch_size=BATCH_SIZE):
         """The task's predictions for `examples`."""
-        encoded = self.task.encode(examples, targets=False)
-        return self.task.decode(examples, encoded, self.outputs(encoded.features, batch_size=batch_size))
+        return inference.joined(predictions for _, predictions in self.predict_chunks(examples, batch_size))
 
-    def evaluate(self, examples, source="data", batch_size=BATCH_SIZE):
-        """The task's figures on labelled `examples`."""
+    def evaluate(self, examples, source="data", batch_size=BATCH_SIZE, on_chunk=None):
+        """The task's figures on labelled `examples`.
+
+        The rows are made a chunk at a time; the predictions, which the
+        figures need together, are kept. `on_chunk(n)`: called as each chunk
+        of `n` examples is done (progress).
+        """
         self.task.check(examples, source)
-        return self.task.evaluate(examples, self.predict(examples, batch_size))
+        predictions = []
+        for chunk, chunk_predictions in self.predict_chunks(examples, batch_size):
+            predictions.append(chunk_predictions)
+            if on_chunk is not None:
+                on_chunk(len(chunk))
+        return self.task.evaluate(examples, inference.joined(predictions))
 
     def embed(self, texts, batch_size=BATCH_SIZE):
         """float32 `(len(texts), dimension)`: the task's vector of each text (`Task.embeddings`)."""

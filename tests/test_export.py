@@ -40,6 +40,7 @@ def exported(tmp_path_factory):
         out,
         data=DEV_CSV,
         formats="savedmodel,tflite,onnx",  # MediaPipe: tests/test_mediapipe.py
+        quantizations="all",
         calibration=TRAIN_CSV,
         max_examples=EXAMPLES,
         calibration_examples=16,

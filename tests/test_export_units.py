@@ -191,7 +191,7 @@ def test_quantizations_without_a_budget_are_skipped():
     task.budgets = {"fp16": 0.001}  # a task that declares one budget only
     log = []
     plan = _plan(task, "tflite,onnx", options.QUANTIZATIONS, log.append)
-    assert plan == [("tflite", "none"), ("tflite", "fp16"), ("onnx", "none")]
+    assert plan == [("onnx", "none"), ("tflite", "none"), ("tflite", "fp16")]  # ONNX first: it converts the SavedModel
     assert "onnx dynamic: skipped: task 'text-classification' declares no accuracy budget for it (Task.budgets)" in log
     task.budgets = {}
     assert _plan(task, "onnx", ["dynamic", "none"], log.append) == [("onnx", "none")]
@@ -335,17 +335,19 @@ def test_refuses_a_folder_kbert_did_not_write(model_folder, tmp_path):
 def test_cli_exit_status(model_folder, tmp_path, monkeypatch):
     import argparse
 
-    from kbert.export import cli, exporter
+    from kbert.cli import export as cli
+    from kbert.export import exporter
 
     parser = argparse.ArgumentParser(prog="kbert")
     cli.add_export_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(
         ["export", "--model", model_folder, "--out", str(tmp_path / "m"), "--data", DEV_CSV, "--formats", "onnx"]
     )
-    assert args.quantize == ",".join(options.QUANTIZATIONS) and args.max_examples is None
+    assert args.quantize == options.RECOMMENDED and args.max_examples == options.DEFAULT_MAX_EXAMPLES
     assert args.formats == "onnx" and args.text_column is None and not args.overwrite
     for passed, status in ((True, 0), (False, cli.EXIT_OVER_BUDGET)):
-        monkeypatch.setattr(exporter, "export_model", lambda *a, passed=passed, **k: {"passed": passed})
+        report = {"passed": passed, "task": "text-classification", "metric": "accuracy", "keras": {}, "artefacts": []}
+        monkeypatch.setattr(exporter, "export_model", lambda *a, report=report, **k: report)
         assert args.run(args) == status
     with pytest.raises(SystemExit):
         parser.parse_args(["export", "--model", "m", "--out", "o", "--data", "d", "--threads", "0"])

@@ -68,7 +68,7 @@ def exported(tmp_path_factory, tiny_folder):
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         status = main(["export", "--model", tiny_folder, "--out", out, "--data", DEV_CSV,
-                       "--formats", "mediapipe", "--latency-runs", "1"])
+                       "--formats", "mediapipe", "--max-examples", "all", "--latency-runs", "1"])
     assert status == 0, printed.getvalue()
     with open(os.path.join(out, "report.json")) as f:
         return os.path.join(out, mediapipe.FOLDER), json.load(f)

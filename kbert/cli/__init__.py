@@ -2,7 +2,7 @@
 
 `kbert.cli.main` holds the parser and `main`; the commands are in
 `kbert.cli.training` (finetune, distill), `kbert.cli.use` (evaluate, predict,
-embed, search), `kbert.cli.pretraining` and `kbert.export.cli` (export).
+embed, search), `kbert.cli.export` (export) and `kbert.cli.pretraining`.
 """
 
 from kbert.cli.main import build_parser, main

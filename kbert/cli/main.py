@@ -2,7 +2,7 @@
 
 The commands live by what they are for: `kbert.cli.training` (finetune,
 distill), `kbert.cli.use` (evaluate, predict, embed, search),
-`kbert.export.cli` (export) and `kbert.cli.pretraining`.
+`kbert.cli.export` (export) and `kbert.cli.pretraining`.
 
 Every subcommand imports TensorFlow only when it runs, so `--help` is instant,
 and what can be refused without it is refused first: a missing input (each
@@ -85,7 +85,7 @@ def build_parser():
     from kbert.cli.pretraining import add_pretraining_commands
     from kbert.cli.training import add_training_commands
     from kbert.cli.use import add_use_commands
-    from kbert.export.cli import add_export_parser
+    from kbert.cli.export import add_export_parser
     from kbert.tasks import EMBEDDING_TASK, TASKS
 
     parser = _Parser(

@@ -7,8 +7,10 @@ Each `check_*` makes the command's refusals that need no TensorFlow (a
 kbert may not write, data the task cannot read), before it loads.
 """
 
+import itertools
 import os
 
+from kbert.cli.streaming import NpyRows, count_texts, input_texts, json_lines_file
 from kbert.cliargs import (
     DEBIAN,
     add_command,
@@ -19,9 +21,11 @@ from kbert.cliargs import (
     positive_int,
     task_options,
 )
-from kbert.cliio import CliError, check_output_file, is_npy, print_json, read_texts
-from kbert.fileio import write_file
+from kbert.cliio import CliError, check_output_file, flush_json, is_npy, json_line, print_json, read_texts
+from kbert.fileio import written_aside
+from kbert.logs import Progress
 from kbert.tabular import TABLES, check_texts, is_table
+from kbert.tasks.inference import CHUNK_EXAMPLES
 
 
 def _load_model_folder(args):
@@ -41,7 +45,8 @@ def check_evaluate(args):
 def cmd_evaluate(args):
     folder, options = _load_model_folder(args)
     examples = folder.task.read(args.data, options)
-    metrics = folder.evaluate(examples, source=args.data, batch_size=args.batch_size)
+    with Progress("evaluate", len(examples), "examples") as bar:
+        metrics = folder.evaluate(examples, source=args.data, batch_size=args.batch_size, on_chunk=bar.update)
     print_json(metrics)
 
 
@@ -55,11 +60,19 @@ def check_predict(args):
     check_model(args)
     if bool(args.texts) == bool(args.input):
         raise CliError("give either TEXT arguments or --input FILE")
+    if args.output:
+        if not args.output.endswith(".jsonl"):
+            raise CliError(f"--output {args.output}: expected a .jsonl file name")
+        check_output_file(
+            "--output", args.output, args.overwrite, json_lines_file, "a JSON Lines file of objects",
+            {"--input": args.input, "--model": args.model},
+        )
     check_texts(args.texts)
+    args.input_texts = None
     if args.input and _is_data_file(args.input):
         check_model_data(args, args.input, targets=False)
     elif args.input:
-        read_texts(args.input)
+        args.input_texts = count_texts(args.input)
 
 
 def _is_data_file(path):
@@ -68,15 +81,56 @@ def _is_data_file(path):
 
 
 def cmd_predict(args):
+    texts = None if args.texts or _is_data_file(args.input) else _read_ahead(input_texts(args.input))
     folder, options = _load_model_folder(args)
-    task = folder.task
-    if args.input and _is_data_file(args.input):
+    examples, total = _predict_examples(args, folder.task, options, texts)
+    if args.output:
+        _predict_to_file(folder, examples, total, args)
+        return
+    args.printed = 0  # what `kbert.cliio.interrupted_line` reports
+    for chunk, predictions in folder.predict_chunks(examples, args.batch_size):
+        for row in folder.task.predict_json(chunk, predictions):
+            # Counted once written, before it is flushed: a stop after a reader
+            # saw the line finds it counted; one just before the count finds the
+            # line uncounted, and still flushed on the way out.
+            print_json(row, flush=False)
+            args.printed += 1
+            flush_json()
+
+
+def _predict_examples(args, task, options, texts):
+    """`(examples, count)`: what `predict` runs, an iterable read as it is used, and
+    how many (None: not known before the end of a stream)."""
+    if args.texts:
+        examples = task.examples_from_texts(args.texts)
+    elif texts is None:
         examples = task.read(args.input, options, targets=False)
+    elif len(task.text_inputs) == 1:
+        return _one_text_examples(task, texts), args.input_texts
     else:
-        examples = task.examples_from_texts(args.texts or read_texts(args.input))
-    rows = task.predict_json(examples, folder.predict(examples, batch_size=args.batch_size))
-    for row in rows:
-        print_json(row)
+        # Examples of several texts span lines, and are numbered among all of them.
+        examples = task.examples_from_texts(list(texts))
+    return examples, len(examples)
+
+
+def _one_text_examples(task, texts):
+    for group in _batched(texts, CHUNK_EXAMPLES):
+        yield from task.examples_from_texts(group)
+
+
+def _predict_to_file(folder, examples, total, args):
+    """`predict --output`: the rows written beside the file, renamed into place once all are written."""
+    count = 0
+    with (
+        written_aside(args.output) as staged,
+        open(staged, "w", encoding="utf-8") as f,
+        Progress("predict", total, "examples") as bar,
+    ):
+        for chunk, predictions in folder.predict_chunks(examples, args.batch_size):
+            f.writelines(json_line(row) for row in folder.task.predict_json(chunk, predictions))
+            count += len(chunk)
+            bar.update(len(chunk))
+    print_json({"output": args.output, "examples": count})
 
 
 def check_embed(args):
@@ -87,17 +141,37 @@ def check_embed(args):
         "--output", args.output, args.overwrite, is_npy, "a .npy array file",
         {"--input": args.input, "--model": args.model},
     )
-    read_texts(args.input, column=args.text_column)
+    args.input_texts = count_texts(args.input, column=args.text_column)
 
 
 def cmd_embed(args):
-    import numpy as np
-
-    texts = read_texts(args.input, column=args.text_column)
+    texts = _read_ahead(input_texts(args.input, column=args.text_column))
     folder, _ = _load_model_folder(args)
-    embeddings = folder.embed(texts, batch_size=args.batch_size)
-    write_file(args.output, lambda f: np.save(f, embeddings))
-    print_json({"output": args.output, "shape": list(embeddings.shape)})
+    with (
+        written_aside(args.output, suffix=".npy") as staged,
+        open(staged, "wb") as f,
+        Progress("embed", args.input_texts, "texts") as bar,
+    ):
+        rows = NpyRows(f)
+        for group in _batched(texts, CHUNK_EXAMPLES):
+            rows.append(folder.embed(group, batch_size=args.batch_size))
+            bar.update(len(group))
+        rows.finish()
+    print_json({"output": args.output, "shape": [rows.rows, rows.dimension]})
+
+
+def _read_ahead(texts):
+    """`texts` (an iterator) with its first chunk read now, before TensorFlow loads:
+    a stream's first lines are refused at once, as a file's all are (`count_texts`)."""
+    ahead = list(itertools.islice(texts, CHUNK_EXAMPLES))
+    return itertools.chain(ahead, texts)
+
+
+def _batched(items, size):
+    """Lists of `size` consecutive `items` (the last one shorter), read as they are used."""
+    items = iter(items)
+    while group := list(itertools.islice(items, size)):
+        yield group
 
 
 def check_search(args):
@@ -172,7 +246,7 @@ def add_use_commands(sub, tasks, embedding_tasks):
         sub, "predict", "the task's predictions as JSON lines",
         (
             'kbert predict --model runs/debian-minilm "an IMAP mail client for the terminal"',
-            "kbert predict --model runs/debian-minilm --input texts.txt",
+            "kbert predict --model runs/debian-minilm --input texts.txt --output predictions.jsonl",
             'kbert predict --model runs/squad "Who led the Normans?" "Rollo led the Normans to Normandy."',
         ),
         usage="kbert predict --model MODEL (TEXT ... | --input FILE) [options]",
@@ -184,6 +258,12 @@ def add_use_commands(sub, tasks, embedding_tasks):
         help="a .txt file (one text per line; - reads standard input), a .json list, or a data "
         "file in the task's format (.csv, .tsv, .jsonl)",
     )
+    p.add_argument(
+        "--output",
+        help="a .jsonl file to write the JSON lines to, with progress on stderr (default: standard output, "
+        "each chunk's lines as they are computed)",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     p.add_argument("--batch-size", type=positive_int, default=64, help="texts per inference batch")
     add_task_options(p, tasks, stored=True)
     p.set_defaults(run=cmd_predict, check=check_predict, reads=("input",), stdin=("input",))

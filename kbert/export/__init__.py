@@ -1,11 +1,11 @@
 """Export a fine-tuned kbert model to TF Serving, TFLite, ONNX and MediaPipe, each verified.
 
 One call (or `kbert export`) turns a model folder from `kbert finetune`, of
-any task, into a SavedModel for TF Serving, TFLite models (float32, float16,
-dynamic-range int8, int8, 16x8, and a string-in variant), ONNX models (fused
-float32, dynamic int8) and, for tasks an on-device runtime runs, a file with
-MediaPipe's metadata; it holds every artefact to the Keras model on the
-task's dev data, by the task's own figure:
+any task, into a SavedModel for TF Serving, TFLite models (float32,
+dynamic-range int8 and int8 by default; float16, 16x8 and a string-in
+variant on request), ONNX models (fused float32, dynamic int8) and, for tasks
+an on-device runtime runs, a file with MediaPipe's metadata; it holds every
+artefact to the Keras model on the task's dev data, by the task's own figure:
 
     from kbert.export import export_model
     report = export_model("runs/debian-minilm", "saved_models/debian",
@@ -16,12 +16,11 @@ Modules: `graph` (the converter-friendly forward pass), `savedmodel`,
 `tflite`, `onnx`, `on_device` (a task's on-device files: `mediapipe`,
 `token_classifier`, `question_answerer`, checked by `mediapipe_contract`,
 with `mediapipe_env` and `mediapipe_worker`: MediaPipe's tools in their own
-environment), `verify`
-(latency, report),
-`exporter` (the whole run), `options` (names and defaults), `cli` (the
-`kbert export` subcommand).
-TensorFlow is imported on first use of `export_model`, so `kbert.export.cli`
-builds its parser without it.
+environment), `verify` (latency, report), `exporter` (the whole run), `steps` (each artefact written and verified),
+`resume` (the work folder: verified artefacts kept and reused), `options`
+(names and defaults). The `kbert export` command is `kbert.cli.export`;
+TensorFlow is imported on first use of `export_model`, so it builds its
+parser without it.
 """
 
 from kbert.export.options import FORMATS, QUANTIZATIONS, SUPPORTED

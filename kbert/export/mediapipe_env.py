@@ -94,6 +94,13 @@ def default_cache_dir():
     return os.path.join(root, "kbert")
 
 
+def is_ready(spec, cache_dir=None):
+    """Whether `spec`'s environment is there already (`ensure_environment` then creates nothing)."""
+    folder = os.path.join(cache_dir or default_cache_dir(), spec.name)
+    wanted = json.loads(json.dumps(dataclasses.asdict(spec)))
+    return _read_stamp(folder) == wanted and os.path.exists(os.path.join(folder, "bin", "python"))
+
+
 def ensure_environment(spec, cache_dir=None, base_python=None):
     """Creates `spec`'s environment unless it is there already; returns its python.
 
@@ -118,7 +125,7 @@ def ensure_environment(spec, cache_dir=None, base_python=None):
     os.makedirs(cache_dir, exist_ok=True)
     with open(folder + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if _read_stamp(folder) == wanted and os.path.exists(python):
+        if is_ready(spec, cache_dir):
             return python
         version = _python_version(base_python)
         if version not in spec.python_versions:

@@ -9,7 +9,7 @@ This module sits above the three, which share `kbert.export.mediapipe`'s
 metadata writers and `kbert.export.mediapipe_contract`'s checks.
 """
 
-from kbert.export import mediapipe, question_answerer, token_classifier
+from kbert.export import mediapipe, mediapipe_env, question_answerer, token_classifier
 from kbert.export.serving import serving_for
 
 EXPORTERS = {
@@ -18,6 +18,18 @@ EXPORTERS = {
     "bert_question_answerer": question_answerer.export_bert_question_answerer,
     "text_embedder": mediapipe.export_text_embedder,
 }
+# The tool environments each kind's writer and runtimes run in (`kbert.export.mediapipe_env`).
+ENVIRONMENTS = {
+    "text_classifier": (mediapipe_env.MEDIAPIPE, mediapipe_env.TFLITE_SUPPORT),
+    "token_classifier": (mediapipe_env.MEDIAPIPE,),
+    "bert_question_answerer": (mediapipe_env.MEDIAPIPE, mediapipe_env.TFLITE_SUPPORT),
+    "text_embedder": (mediapipe_env.MEDIAPIPE,),
+}
+
+
+def environments(task):
+    """The tool environments `task`'s on-device files need (none for a task without them)."""
+    return ENVIRONMENTS.get(serving_for(task).on_device, ())
 
 
 def export_for_task(folder, out, examples, reference, cache_dir=None):

@@ -181,24 +181,40 @@ def saved_model_cli_show(version_dir, inputs, outputs):
     Returns the tool's output; raises `ValueError` with its first line of
     complaint if it fails or misses a signature.
     """
+    return check_saved_model_cli(start_saved_model_cli(version_dir), version_dir, inputs, outputs)
+
+
+def start_saved_model_cli(version_dir):
+    """Starts `saved_model_cli show --all` on `version_dir` and returns the process:
+    it spends seconds importing TensorFlow, which the caller can spend verifying."""
     tool = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
     if not os.path.isfile(tool):
         raise ValueError(f"saved_model_cli not found beside {sys.executable}")
-    result = subprocess.run(
+    return subprocess.Popen(
         [tool, "show", "--dir", version_dir, "--all"],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-        check=False,
     )
-    output = result.stdout
+
+
+def check_saved_model_cli(process, version_dir, inputs, outputs):
+    """Waits for `start_saved_model_cli`'s `process`; its output, checked as
+    `saved_model_cli_show` says."""
+    try:
+        output, errors = process.communicate()
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
     expected = [f"signature_def['{TEXT_SIGNATURE}']", f"signature_def['{TOKENS_SIGNATURE}']"]
     expected += [f"inputs['{name}']" for name in inputs] + [f"outputs['{name}']" for name in outputs]
     missing = [item for item in expected if item not in output]
-    if result.returncode or missing:
-        complaint = (result.stderr.strip().splitlines() or ["no output"])[-1]
+    if process.returncode or missing:
+        complaint = (errors.strip().splitlines() or ["no output"])[-1]
         raise ValueError(
-            f"saved_model_cli show --all on {version_dir} failed (exit {result.returncode}, "
+            f"saved_model_cli show --all on {version_dir} failed (exit {process.returncode}, "
             f"missing {missing}): {complaint}"
         )
     return output

@@ -101,10 +101,9 @@ def convert_tokens(source, quantization, calibration=None, threads=DEFAULT_THREA
     """
     if quantization not in TFLITE_QUANTIZATIONS:
         raise ValueError(f"quantization={quantization!r}; expected one of {TFLITE_QUANTIZATIONS}")
+    check_calibration(quantization, calibration)
     converter = tf.lite.TFLiteConverter.from_saved_model(source)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-    if quantization in CALIBRATED and (calibration is None or not len(calibration[ENCODER_INPUTS[0]])):
-        raise ValueError(f"quantization={quantization!r} needs calibration examples; got none")
     if quantization == "none":
         return converter.convert()
     if quantization == "int8":
@@ -123,6 +122,12 @@ def convert_tokens(source, quantization, calibration=None, threads=DEFAULT_THREA
             tf.lite.OpsSet.TFLITE_BUILTINS,
         ]
     return converter.convert()
+
+
+def check_calibration(quantization, calibration):
+    """Refuses a calibrated quantization (`CALIBRATED`) without calibration rows."""
+    if quantization in CALIBRATED and (calibration is None or not len(calibration[ENCODER_INPUTS[0]])):
+        raise ValueError(f"quantization={quantization!r} needs calibration examples; got none")
 
 
 def _representative_dataset(calibration):

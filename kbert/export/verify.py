@@ -309,6 +309,9 @@ def markdown_report(report):
     if report.get("onnx_fusions"):
         fusions = ", ".join(f"{op} {count}" for op, count in sorted(report["onnx_fusions"].items()))
         lines += ["", f"onnxruntime fusions: {fusions}."]
+    if report.get("reused"):
+        paths = ", ".join(f"`{path}`" for path in report["reused"])
+        lines += ["", f"Reused, as an earlier run of the same model, data and options verified them: {paths}."]
     lines += ["", "All artefacts within budget." if report["passed"] else "Some artefacts exceed their budget."]
     return "\n".join(lines) + "\n"
 

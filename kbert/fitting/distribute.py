@@ -136,12 +136,13 @@ def get_strategy(name="auto"):
     return tf.distribute.TPUStrategy(resolver)
 
 
-def log_batch_sizes(strategy, global_batch_size):
+def log_batch_sizes(strategy, global_batch_size, log=None):
     """Logs and returns how `global_batch_size` splits across the replicas.
 
     Args:
         strategy: a `tf.distribute.Strategy`, or None for one device.
         global_batch_size: int. Examples per step over all replicas.
+        log: callable taking a str, or None (standard error).
 
     Returns:
         str, e.g. "global batch 32 = 2 replicas x 16 per replica (MirroredStrategy)",
@@ -163,7 +164,7 @@ def log_batch_sizes(strategy, global_batch_size):
             f"{global_batch_size // replicas} per replica ({type(strategy).__name__})"
         )
     logger.info(message)
-    to_stderr(message)
+    (log or to_stderr)(message)
     return message
 
 

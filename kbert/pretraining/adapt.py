@@ -10,13 +10,16 @@ batch and sequence length (docs/pretraining.md).
 import json
 import math
 import os
+import sys
 
 import keras
 
+from kbert.fitting.backup import AtomicBackup
 from kbert.pretraining.dynamic_masking import count_sequences, make_dynamic_masking_dataset
 from kbert.pretraining.instances import DEFAULT_MASKED_LM_PROB
-from kbert.pretraining.run_folder import ENCODER_FOLDER, HISTORY_FILE
+from kbert.pretraining.run_folder import BACKUP_FOLDER, ENCODER_FOLDER, HISTORY_FILE
 from kbert.pretraining.train import pretrain
+from kbert.training.progress import TrainingProgress
 
 # AdamW at google-research/bert's peak rate for it, warming up over a tenth of
 # the steps: what the text-pair recipe's 600 and 1,200 steps were measured with on MRPC.
@@ -68,9 +71,20 @@ def adapt(texts, sequences, folder, init, vocabulary, lowercase, steps, batch_si
         data, folder, vocabulary, init=init, batch_size=batch_size, num_train_steps=steps,
         learning_rate=LEARNING_RATE, optimizer="adamw", lowercase=lowercase, jit_compile=jit_compile,
         dtype=dtype, seed=seed, checkpoint_every=min(CHECKPOINT_EVERY, steps), strategy=strategy, verbose=verbose,
-        init_name=init_name, next_sentence=False,
+        init_name=init_name, next_sentence=False, callbacks=[_progress(folder, steps, verbose, log)],
     )
     return encoder, _figures(history)
+
+
+def _progress(folder, steps, verbose, log):
+    """What adaptation says as it runs (`TrainingProgress`): the time the other
+    steps will take, and where Keras prints a line a window of
+    `CHECKPOINT_EVERY` steps, a line every `LINE_SECONDS`; counted from the
+    last checkpoint of a run killed on its way, where `pretrain` resumes."""
+    if verbose == "auto":  # as `pretrain` decides it
+        verbose = 1 if sys.stdout.isatty() else 2
+    windows = AtomicBackup.restore_point(os.path.join(folder, BACKUP_FOLDER))[1] or 0
+    return TrainingProgress("adaptation", steps, windows * min(CHECKPOINT_EVERY, steps), lines=verbose == 2, log=log)
 
 
 def adaptation_text(texts, vocabulary, sequence_length, lowercase):

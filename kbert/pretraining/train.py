@@ -226,6 +226,7 @@ def pretrain(
     verbose="auto",
     init_name=None,
     next_sentence=True,
+    callbacks=(),
 ):
     """Pretrains BERT with masked LM and next-sentence prediction; writes `out`.
 
@@ -285,6 +286,8 @@ def pretrain(
             next-sentence weights are all 0 (`make_dynamic_masking_dataset`'s):
             the next-sentence loss and accuracy, 0 throughout, are left out of
             the progress lines, `history.json` and TensorBoard.
+        callbacks: more Keras callbacks for `fit`, after kbert's own (a
+            `kbert.training.progress.TrainingProgress`: adaptation's lines).
 
     Returns:
         The dict written to `history.json`; its "weights_sha256" lets the
@@ -352,7 +355,7 @@ def pretrain(
     # final model) to a scratch folder deleted at the end.
     with chief_folder(out, strategy) as out_folder:
         callbacks = [logger, _tensorboard(os.path.join(out_folder, LOGS_FOLDER)), PendingInterrupt(),
-                     _WindowProgbar(log_every, num_train_steps)]
+                     _WindowProgbar(log_every, num_train_steps), *callbacks]
         done_windows, backup = 0, None
         if checkpoint_every is not None:
             backup = AtomicBackup(backup_dir, lambda: logger.windows, strategy)

@@ -19,26 +19,20 @@ The life of a task instance:
     task.evaluate(examples, predictions)           # {"n": ..., metric: ...}
 """
 
-import numpy as np
-
-from kbert.tasks import inference
+from kbert.tasks import running
 from kbert.tasks.objectives import Objective
-from kbert.tasks.task_config import ConfigFields, TaskConfig
+from kbert.tasks.running import INFERENCE_BATCH_SIZE  # noqa: F401 (where callers import it from)
+from kbert.tasks.task_settings import TaskSettings
 
 # Examples tokenized per call of the preprocessor in `encode`.
 ENCODE_CHUNK = 1024
-# Rows per model call at inference (`Task.run`): `kbert evaluate`, `predict`,
-# the exporter's checks and finetune's dev figures alike, so that finetune's
-# figures are the ones `kbert evaluate` gives on its model folder (batches of
-# other widths round bfloat16 otherwise).
-INFERENCE_BATCH_SIZE = 64
 # A quantized artefact may lose this much of the task's metric (a fraction:
 # accuracy, Spearman) against the Keras model: 0.1 point for float16, half a
 # point for the int8 schemes.
 METRIC_BUDGETS = {"fp16": 0.001, "dynamic": 0.005, "int8": 0.005, "16x8": 0.005}
 
 
-class Task(ConfigFields):
+class Task(TaskSettings):
     """One BERT task; subclasses set the class attributes and the hooks below.
 
     Args:
@@ -48,18 +42,15 @@ class Task(ConfigFields):
             flags given); the others take their defaults.
 
     A task's settings are its `config`, whose fields read and write as the
-    task's attributes (`task.labels`).
+    task's attributes (`task.labels`). What every task does alike lives
+    beside this class: with its settings, `kbert.tasks.task_settings`;
+    running its model, `kbert.tasks.running`.
     """
 
     # The registry name, used by `--task`.
     name = None
     # One line for `kbert finetune --help`.
     description = ""
-    # Every setting, declared once (`kbert.tasks.task_config`): the flags,
-    # what is learned from training data, what `kbert.json` stores.
-    Config = TaskConfig
-    # The flags of `Config`, in CLI order (set for each subclass).
-    options = ()
     # What the model predicts and how it learns (`kbert.tasks.objectives`):
     # its outputs, head, loss and metrics.
     objective = Objective()
@@ -81,10 +72,6 @@ class Task(ConfigFields):
     # (`kbert.recipes.Recipe`): each trainable task names its own.
     recipe = None
 
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        cls.options = cls.Config.flags()
-
     def __init__(self, tokenizer, sequence_length, **values):
         from kbert.text import BertPreprocessor
 
@@ -96,28 +83,6 @@ class Task(ConfigFields):
         self.trained = False
         self.preprocessor = BertPreprocessor(tokenizer, sequence_length=sequence_length)
         self.configure()
-
-    @classmethod
-    def check_sequence_length(cls, sequence_length, name="sequence_length"):
-        """Raises `ValueError` if `sequence_length` leaves no room for text: the task packs
-        [CLS], then each of its `text_inputs` and a [SEP], and each text needs a piece.
-
-        `name`: how the caller names the length ("--seq-len" on the command line).
-        """
-        least = 1 + 2 * len(cls.text_inputs)
-        if not isinstance(sequence_length, int) or sequence_length < least:
-            given = f"{name} {sequence_length}" if name.startswith("--") else f"{name}={sequence_length!r}"
-            packed = " ".join(["[CLS]", *(f"{text} [SEP]" for text in cls.text_inputs)])
-            raise ValueError(
-                f"{given} leaves no room for text: task {cls.name!r} packs {packed}; expected at least {least}"
-            )
-
-    @classmethod
-    def stored(cls, tokenizer, sequence_length, values):
-        """The task of a model folder's stored settings (`TaskConfig.with_formers`)."""
-        task = cls(tokenizer, sequence_length, **cls.Config.with_formers(values))
-        task.trained = True
-        return task
 
     def configure(self):
         """Sets what follows from `config` (a preprocessor that cuts otherwise);
@@ -141,49 +106,6 @@ class Task(ConfigFields):
         """Raises `ValueError` naming `source` if `examples` hold targets that
         `learned` (what the training data taught) lacks, as `check` does for a
         model's: a dev label no training example has. Default: nothing."""
-
-    @classmethod
-    def read_training(cls, train, dev, options=None):
-        """`finetune`'s data: `(options, train examples, dev examples, learned)`, the
-        options completed (`resolve_options`), `learned` what `train` teaches and
-        `dev` checked against it. Needs no TensorFlow, so `kbert finetune`
-        refuses bad data before it loads."""
-        options = cls.resolve_options(options)
-        train_examples = cls.read(train, options)
-        dev_examples = cls.read(dev, options)
-        learned = cls.learn(train_examples, train)
-        cls.check_learned(learned, dev_examples, dev)
-        return options, train_examples, dev_examples, learned
-
-    @classmethod
-    def option_values(cls, config):
-        """Every option's value in `config` (this task's `Config`), by name: what data is read with."""
-        return {option.name: getattr(config, option.name) for option in cls.options}
-
-    @classmethod
-    def resolve_options(cls, options):
-        """`options` (name -> value or None) completed with the flags' defaults."""
-        given = options or {}
-        return {o.name: o.default if given.get(o.name) is None else given[o.name] for o in cls.options}
-
-    def settings(self):
-        """The JSON dict stored in the model folder: every `Config` field."""
-        return self.config.to_dict()
-
-    def use_options(self, options):
-        """Merges the flags given (name -> value or None; command-line values are
-        strings) into `config` (`TaskConfig.merged`). Called wherever this
-        instance's examples are read: by the trainer, `evaluate`, `predict`
-        and the exporter."""
-        self.config = self.config.merged(options, self.trained)
-        self.configure()
-
-    def untune(self, given=None):
-        """Forgets the settings `tune` chose on another model's dev predictions
-        (`TaskConfig.untuned`), but those `given`: a student distilled from a
-        teacher chooses its own."""
-        self.config = self.config.untuned(given)
-        self.configure()
 
     def tune(self, examples, predictions, predict):
         """Settings chosen on the dev predictions after training (a threshold, the
@@ -267,18 +189,8 @@ class Task(ConfigFields):
 
     def run(self, model, features, batch_size=INFERENCE_BATCH_SIZE):
         """`model`'s outputs on int32 `features`, a dict keyed by `outputs`
-        (`kbert.tasks.inference`): rows in batches of similar length, or at
-        their full length if the task `reads_sequence`; on each of the rows'
-        `input_views`, joined by `merge_views`. `ValueError` if the model gives
-        NaN or infinity (a diverged or corrupt model)."""
-        outputs = self.over_views(features, lambda view: self._run_view(model, view, batch_size))
-        return {name: np.asarray(value) for name, value in outputs.items()}
-
-    def _run_view(self, model, features, batch_size):
-        features = {name: np.asarray(value) for name, value in features.items()}
-        if self.reads_sequence:
-            return inference.run_full_length(model, features, self.outputs, batch_size)
-        return inference.run_by_length(model, features, self.outputs, self.sequence_length, batch_size)
+        (default: `kbert.tasks.running.run`, in batches of similar length)."""
+        return running.run(self, model, features, batch_size)
 
     def input_views(self, features):
         """The inputs the model reads each row as, a list of feature dicts of the
@@ -292,10 +204,8 @@ class Task(ConfigFields):
         raise NotImplementedError(f"task {self.name!r} reads several input_views; it must join them")
 
     def over_views(self, features, run):
-        """`run(view)`'s outputs on each of the rows' `input_views`: those of the one
-        view, or the views' joined by `merge_views`."""
-        outputs = [run(view) for view in self.input_views(features)]
-        return outputs[0] if len(outputs) == 1 else self.merge_views(outputs)
+        """`run(view)`'s outputs on each of the rows' `input_views`, joined (`kbert.tasks.running.over_views`)."""
+        return running.over_views(self, features, run)
 
     def decode(self, examples, encoded, outputs):
         """One prediction per example from the outputs of `encoded`'s rows

@@ -40,17 +40,20 @@ import numpy as np
 from kbert.config import ENCODER_INPUTS
 from kbert.recipes import Recipe
 from kbert.tabular import check_text, check_texts
-from kbert.tasks.base import ENCODE_CHUNK, INFERENCE_BATCH_SIZE, Task
+from kbert.tasks.base import INFERENCE_BATCH_SIZE, Task
 from kbert.tasks.records import Encoded, WordsExample
 from kbert.tasks.objectives import Tags
 from kbert.tasks.task_config import TaskConfig, learned, option
 from kbert.tasks.inference import batches_by_length, check_rows, run_full_length, softmax
 from kbert.tasks.conll import read_conll, read_jsonl
+from kbert.tasks.tagged_rows import documents, encode_words, joined, joined_rows, tag_ids
 from kbert.tasks.tagging import (
     AUTO, IGNORED, OUTSIDE, PREFIXES, SCHEMES, check_scheme, chunks, detect_scheme, entity_metrics,
-    joined_tag, parse_scheme, scheme_of_tags, split_tags, tag_parts, tagged_accuracy_class,
+    joined_tag, parse_scheme, scheme_of_tags, tag_parts, tagged_accuracy_class,
 )
-from kbert.tasks.word_windows import word_part_ids, word_windows
+from kbert.tasks.word_windows import word_windows
+
+__all__ = ["TokenClassification", "IGNORED", "FLOAT_F1_BUDGET", "joined", "word_offsets"]
 
 # Windows start every `sequence_length - 2` pieces times this fraction: each
 # piece but those at a sentence's ends then has at least a quarter window of
@@ -246,85 +249,26 @@ class TokenClassification(Task):
 
     def encode(self, examples, targets=True):
         """Windows of `examples`' pieces, each document's together under `context` "document";
-        `extra` says where each word's first piece went (`encode_words`)."""
+        `extra` says where each word's first piece went (`kbert.tasks.tagged_rows.encode_words`)."""
         if self.context != "document":
-            return self.encode_words(examples, targets)
-        encoded = self._joined_rows(examples, self.read_together(examples), targets)
+            return encode_words(self, examples, targets)
+        encoded = joined_rows(self, examples, self.read_together(examples), targets)
         encoded.extra["word_splits"] = np.cumsum([0] + [len(example.words) for example in examples])
         return encoded
 
     def training_rows(self, examples, packed=False):
         """Each sentence alone, and under `context` "document" the windows of each document too
         (`Encoded` always)."""
-        alone = self.encode_words(examples)
+        alone = encode_words(self, examples)
         groups = [group for group in self.read_together(examples) if group.stop - group.start > 1]
         if not groups:
             return alone
-        together = self._joined_rows(examples, groups, targets=True)
+        together = joined_rows(self, examples, groups, targets=True)
         return Encoded(
             {name: np.concatenate([alone.features[name], together.features[name]]) for name in ENCODER_INPUTS},
             np.concatenate([alone.targets, together.targets]),
             np.concatenate([alone.example_of_row, together.example_of_row]),
         )
-
-    def _joined_rows(self, examples, groups, targets):
-        """`encode_words` of each group of `examples` (slices) joined into one; a row's
-        example is that of the first word read from it (or after it)."""
-        encoded = self.encode_words([joined(examples[group]) for group in groups], targets)
-        sentence_of_word = np.concatenate([
-            np.repeat(np.arange(group.start, group.stop), [len(example.words) for example in examples[group]])
-            for group in groups
-        ])
-        first_word = np.full(len(encoded), len(sentence_of_word) - 1)
-        np.minimum.at(first_word, encoded.extra["word_row"], np.arange(len(sentence_of_word)))
-        encoded.example_of_row = sentence_of_word[np.minimum.accumulate(first_word[::-1])[::-1]]
-        return encoded
-
-    def encode_words(self, examples, targets=True):
-        """Windows of each example's pieces; `extra` says where each word's first piece went.
-
-        Each word is cut into parts (`word_part_ids`: with `word_split` "raw", the
-        words raw text would give; else the word itself). Every part's first
-        piece is trained on its tag (`split_tags`), which is the word's own
-        for its first part; its other pieces are `IGNORED`.
-
-        `extra` holds int arrays over all words of all examples, in order:
-        `word_row` and `word_position` (the row and position of its first
-        piece, where its tag is read), `word_end_row` and `word_end_position`
-        (those of its last part's first piece, where BIOES reads whether it
-        ends an entity), `word_parts` (its number of parts) and `word_splits`
-        (example i's words are `word_splits[i]:word_splits[i + 1]`).
-        """
-        begins = range(0, len(examples), ENCODE_CHUNK)
-        windowed, parts_of_word = [], []
-        for begin in begins:
-            part_ids, counts = word_part_ids(self.tokenizer, examples[begin : begin + ENCODE_CHUNK], self.word_split)
-            windowed.append({key: value.numpy() for key, value in self.windows(part_ids).items()})
-            parts_of_word.append(counts)
-        first_row = np.cumsum([0] + [len(part["example_of_row"]) for part in windowed])
-        features = {
-            name: np.concatenate([part[name] for part in windowed]).astype(np.int32)
-            for name in ENCODER_INPUTS
-        }
-        part_row = np.concatenate([part["word_row"] + row for part, row in zip(windowed, first_row)])
-        part_position = np.concatenate([part["word_position"] for part in windowed])
-        counts = np.concatenate(parts_of_word)
-        first = np.cumsum(counts) - counts
-        last = first + counts - 1
-        extra = {
-            "word_row": part_row[first],
-            "word_position": part_position[first],
-            "word_end_row": part_row[last],
-            "word_end_position": part_position[last],
-            "word_parts": counts,
-            "word_splits": np.cumsum([0] + [len(example.words) for example in examples]),
-        }
-        example_of_row = np.concatenate([part["example_of_row"] + b for part, b in zip(windowed, begins)])
-        target = None
-        if targets:
-            target = np.full(features["token_ids"].shape, IGNORED, np.int32)
-            target[part_row, part_position] = self._part_tag_ids(examples, counts)
-        return Encoded(features, target, example_of_row, extra)
 
     def read_together(self, examples):
         """Slices of `examples` read as one: each document under `context` "document", else each example."""
@@ -335,24 +279,6 @@ class TokenClassification(Task):
     def windows(self, word_ids):
         """`word_windows` of this task's length, stride and packer (TensorFlow ops)."""
         return word_windows(word_ids, self.sequence_length, self.stride, self.preprocessor.packer)
-
-    def _part_tag_ids(self, examples, counts):
-        """The tag id of every part of every word (`split_tags`), in order.
-
-        A word whose parts would need a tag the training data never had
-        (`I-X` where X only ever tagged single tokens) is trained on its first
-        part only, as with `word_split` "none".
-        """
-        word_ids = self.tag_ids(examples)
-        ids = np.repeat(word_ids, counts)
-        first = np.cumsum(counts) - counts
-        tags = [tag for example in examples for tag in example.tags]
-        for word in np.flatnonzero(counts > 1):
-            split = [self._tag_ids.get(tag) for tag in split_tags(tags[word], int(counts[word]))]
-            if None in split:
-                split = [word_ids[word]] + [IGNORED] * (len(split) - 1)
-            ids[first[word] : first[word] + counts[word]] = split
-        return ids
 
     # === Inference ===
 
@@ -420,28 +346,6 @@ class TokenClassification(Task):
         return {"text": word_offsets(example)[0]}
 
 
-def documents(examples):
-    """Slices of `examples`: each run of consecutive examples of one `document`, and each example without one."""
-    groups, begin = [], 0
-    for i in range(1, len(examples) + 1):
-        if i == len(examples) or examples[i].document is None or examples[i].document != examples[begin].document:
-            groups.append(slice(begin, i))
-            begin = i
-    return groups
-
-
-def joined(examples):
-    """One `WordsExample` of `examples`' words (and tags and lines) in order."""
-    if len(examples) == 1:
-        return examples[0]
-    tags = None if examples[0].tags is None else [tag for example in examples for tag in example.tags]
-    lines = None if examples[0].lines is None else [line for example in examples for line in example.lines]
-    return WordsExample(
-        words=[word for example in examples for word in example.words], tags=tags, lines=lines,
-        line=examples[0].line, document=examples[0].document,
-    )
-
-
 def word_offsets(example):
     """`(text, starts, ends)`: a raw example's text and word offsets, or a pre-split
     example's words joined by single spaces and their offsets in that text."""
@@ -453,19 +357,3 @@ def word_offsets(example):
         ends.append(position + len(word))
         position += len(word) + 1
     return " ".join(example.words), starts, ends
-
-
-def tag_ids(tags, examples, source, index=None):
-    """int32 index in `tags` (`index`: tag -> index, if built) of every word's tag
-    of `examples`, concatenated; `ValueError` naming `source`, the line and the tag
-    of the first unknown one."""
-    index = index or {tag: i for i, tag in enumerate(tags)}
-    ids = []
-    for example in examples:
-        for tag, line in zip(example.tags, example.lines):
-            if tag not in index:
-                raise ValueError(
-                    f"{source}, line {line}: tag {tag!r} was not in the training data; the model knows {tags}"
-                )
-            ids.append(index[tag])
-    return np.asarray(ids, np.int32)

@@ -34,7 +34,7 @@ from kbert.checkpoints.huggingface import init_encoder
 from kbert.config import PACKAGED_CHECKPOINTS, PRESETS, BertConfig
 from kbert.corpus import iter_documents
 from kbert.hardware import log_dtype
-from kbert.logs import to_stderr
+from kbert.logs import Waiting, to_stderr
 from kbert.modelfolder import (
     MODEL_FILE,
     SETTINGS_FILE,
@@ -48,14 +48,9 @@ from kbert.tasks import Encoded
 from kbert.tasks.distillation import distillation_targets
 from kbert.training.batching import batched_dataset, training_bucket_width
 from kbert.fitting.distribute import compile_for_strategy
-from kbert.training.finetune import (
-    check_training_numbers,
-    dev_figures,
-    file_identity,
-    fit_epochs,
-    resume_point,
-    set_seeds,
-)
+from kbert.training.epochs import dev_figures, fit_epochs
+from kbert.training.finetune import check_training_numbers, set_seeds
+from kbert.training.resume import file_identity, resume_point
 from kbert.fitting.optimizers import make_optimizer
 
 # DistilBERT's distillation script (Sanh et al., 2019) softens with T = 2 and
@@ -328,7 +323,8 @@ def distill(
     }
     resume_dir, first_epoch, curve = resume_point(out, run, log)
 
-    teacher_figures = teacher_folder.evaluate(dev_examples, dev)  # in `kbert evaluate`'s batches
+    with Waiting(f"teacher: its dev figures on {len(dev_examples):,} examples", log):
+        teacher_figures = teacher_folder.evaluate(dev_examples, dev)  # in `kbert evaluate`'s batches
     encoded = teacher_targets(teacher_folder, task, train_examples, extra, batch_size, log)
     train_ds, steps_per_epoch = batched_dataset(
         task, encoded, batch_size, seed, epochs, first_epoch, training_bucket_width(jit_compile)
@@ -348,7 +344,7 @@ def distill(
     )
     figures = fit_epochs(
         distiller, train_ds, steps_per_epoch, epochs, resume_dir, first_epoch, curve,
-        len(train_examples) + len(extra), verbose=verbose,
+        len(train_examples) + len(extra), verbose=verbose, batch_size=batch_size, log=log,
     )
     distillation = {
         "teacher": teacher, "task": task.name, "student": student, "teacher_layers": kept,
@@ -359,7 +355,7 @@ def distill(
     # on its own, unless given.
     task.untune(given)
     metrics = {
-        **dev_figures(task, model, dev_examples, task.encode(dev_examples)),
+        **dev_figures(task, model, dev_examples, task.encode(dev_examples), log),
         "teacher": teacher_figures,
         "distillation": {**distillation, "unlabelled_examples": len(extra), "unlabelled_dropped": dropped},
         **figures,
@@ -438,7 +434,8 @@ def teacher_targets(teacher, task, examples, unlabelled, batch_size, log):
         )
         hard_weight = np.concatenate([hard_weight, np.zeros(len(extra), np.float32)])
     start = time.perf_counter()
-    outputs = teacher.outputs(features, batch_size=batch_size)
+    with Waiting(f"teacher: outputs on {len(hard_weight):,} rows", log):
+        outputs = teacher.outputs(features, batch_size=batch_size)
     log(f"teacher: outputs on {len(hard_weight)} rows in {time.perf_counter() - start:.1f} s")
     # The teacher's outputs as the task's loss reads them: its one output, or
     # several stacked on a last axis (question answering's start and end logits).

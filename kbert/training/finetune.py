@@ -4,28 +4,37 @@
 task's model on a pretrained (or fresh) encoder, fits it with AdamW on BERT's
 schedule and writes a model folder (`kbert.modelfolder`). It never tests the
 task's name: everything that differs between tasks is a call into the task.
+
+Its steps, in the order that keeps a seed's model the same bit for bit (each
+draws its random numbers after the one before): the recipe resolved and
+every value checked (`_checked_recipe`); the data read, the task made
+(`_task`); the encoder loaded, or adapted first (`_encoder`,
+`_adapted_encoder`); the rows encoded and batched (`_datasets`); the model
+built and compiled (`_compiled_model`), its head probed (`_probe`); `fit`
+and the dev figures (`kbert.training.epochs`, which `distill` shares); the
+model folder written.
+
+A run checkpoints every epoch into a folder beside `out`
+(`.kbert-resume-NAME`, `kbert.training.resume`); if it is killed, the same
+call resumes from its last complete epoch, with the shuffles and dropout an
+uninterrupted run would have used (an adaptation killed on its way, from its
+last 100 steps). The folder is removed once `out` is written; a run with
+other settings starts afresh.
 """
 
 import dataclasses
-import hashlib
-import json
-import math
 import os
 import shutil
-import sys
-import time
 
 import keras
 
 from kbert.checkpoints.huggingface import init_encoder, read_init
 from kbert.config import check_init
-from kbert.fileio import write_file
 from kbert.hardware import log_dtype
-from kbert.logs import to_stderr
+from kbert.logs import Waiting, to_stderr
 from kbert.modelfolder import check_model_out, write_model_folder
 from kbert.pretraining.adapt import adapt, adaptation_text
-from kbert.pretraining.run_folder import BACKUP_FOLDER, HISTORY_FILE
-from kbert.recipes import check_adaptation, check_probe
+from kbert.recipes import Recipe, check_adaptation, check_probe
 from kbert.tasks import DEFAULT_TASK, get_task
 from kbert.tasks.inference import NonFiniteOutputs
 from kbert.training.batching import eval_dataset, train_dataset, training_bucket_width
@@ -37,20 +46,15 @@ from kbert.fitting.distribute import (
     get_strategy,
     log_batch_sizes,
 )
-from kbert.fitting.backup import AtomicBackup, PendingInterrupt
 from kbert.fitting.optimizers import layerwise_multipliers, make_optimizer
+from kbert.training.epochs import TrainingDiverged, dev_figures, fit_epochs
 from kbert.training.probe import probe_head as fit_probe
+from kbert.training.resume import ADAPT_FOLDER, file_identity, resume_folder, resume_point
 
-# Training-curve points kept per epoch in metrics.json.
-CURVE_POINTS_PER_EPOCH = 20
-# Beside `out`, a run keeps its epoch checkpoints here until it has written
-# `out`; the same command run again after a crash resumes from them.
-RESUME_PREFIX = ".kbert-resume-"
-# What identifies a run in its resume folder.
-RUN_FILE = "run.json"
-# Inside the resume folder: the adaptation's run (`kbert.pretraining.adapt`),
-# whose encoder fine-tuning starts from.
-ADAPT_FOLDER = "adaptation"
+# Where callers have found them: `kbert.training.epochs` and `kbert.training.resume` hold them now.
+__all__ = ["finetune", "Training", "TrainingDiverged", "dev_figures", "file_identity", "fit_epochs", "resume_folder",
+           "resume_point", "check_training_numbers", "check_callbacks", "set_seeds"]
+
 # What kbert.json records of how the model was trained, besides its
 # sequence length and dtype.
 TRAINING_SETTINGS = (
@@ -60,80 +64,33 @@ TRAINING_SETTINGS = (
 )
 
 
-class TrainingDiverged(ValueError):
-    """The training loss became NaN or infinite."""
+@dataclasses.dataclass(frozen=True)
+class Training:
+    """How one `finetune` call trains, resolved and checked: what its steps share.
 
-
-class _StepLossLogger(keras.callbacks.Callback):
-    """Keeps the training loss every `every` steps, for the curve in metrics.json."""
-
-    def __init__(self, every, curve=(), step=0):
-        super().__init__()
-        self.every = every
-        self.curve = list(curve)
-        self._step = step
-
-    def on_train_batch_end(self, batch, logs=None):
-        self._step += 1
-        if self._step % self.every == 0 and logs and "loss" in logs:
-            self.curve.append({"step": self._step, "loss": float(logs["loss"])})
-
-
-class _StopOnNonFiniteLoss(keras.callbacks.Callback):
-    """Raises `TrainingDiverged` at the first step whose loss is NaN or infinite.
-
-    Keras's `TerminateOnNaN` only stops training, after which `fit` returns as
-    if it had finished; a diverged model must never be saved as a result.
+    `recipe` is the task's with the caller's values in place; the other fields
+    are `finetune`'s arguments of those names, `dtype` a policy name (`auto`
+    resolved) and `strategy` a `tf.distribute.Strategy`.
     """
 
-    def __init__(self, kept):
-        super().__init__()
-        self.kept = kept
-        self._epoch = 0
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
-
-    def on_train_batch_end(self, batch, logs=None):
-        loss = (logs or {}).get("loss")
-        if loss is not None and not math.isfinite(float(loss)):
-            kept = f"; the last complete epoch is kept in {self.kept} for inspection" if self._epoch else ""
-            raise TrainingDiverged(
-                f"training diverged: the loss is {float(loss)} at epoch {self._epoch + 1}, "
-                f"step {batch + 1}; lower the learning rate (no model was written){kept}"
-            )
+    recipe: Recipe
+    strategy: object
+    dtype: str
+    seed: int = 0
+    layer_decay: float = 1.0
+    ema_momentum: float | None = None
+    reinit_pooler: bool = False
+    attention_dropout: float | None = None
+    jit_compile: bool = False
 
 
 def finetune(
-    train,
-    dev,
-    init,
-    out,
-    task=DEFAULT_TASK,
-    options=None,
-    sequence_length=None,
-    batch_size=None,
-    epochs=None,
-    learning_rate=None,
-    warmup_fraction=None,
-    weight_decay=None,
-    adapt_steps=None,
-    probe_head=None,
-    layer_decay=1.0,
-    ema_momentum=None,
-    reinit_pooler=False,
-    attention_dropout=None,
-    jit_compile=False,
-    dtype=None,
-    seed=0,
-    vocab=None,
-    lowercase=None,
-    strategy="auto",
-    overwrite=False,
-    deterministic=False,
-    verbose="auto",
-    callbacks=(),
-    log=None,
+    train, dev, init, out, task=DEFAULT_TASK, options=None,
+    sequence_length=None, batch_size=None, epochs=None, learning_rate=None, warmup_fraction=None,
+    weight_decay=None, adapt_steps=None, probe_head=None,
+    layer_decay=1.0, ema_momentum=None, reinit_pooler=False, attention_dropout=None, jit_compile=False,
+    dtype=None, seed=0, vocab=None, lowercase=None, strategy="auto", overwrite=False, deterministic=False,
+    verbose="auto", callbacks=(), log=None,
 ):
     """Fine-tunes `task` and writes the model folder `out`; returns the dev figures.
 
@@ -183,19 +140,15 @@ def finetune(
             `kbert.fitting.distribute.STRATEGIES`); `batch_size` is global.
         overwrite: bool. Replace `out` if it is a kbert model folder.
         deterministic: bool. TensorFlow op determinism: the same weights,
-            bit for bit, from the same command, also across a resume.
-        verbose: `fit`'s verbosity: "auto" (1 on a terminal, else 2), 0, 1 or 2.
+            bit for bit, from the same command, also across a resume (see
+            the module's docstring).
+        verbose: `fit`'s verbosity: "auto" (1 on a terminal, else 2), 0
+            (no progress bar or lines, `log` aside), 1 or 2.
         callbacks: list of Keras callbacks, given to `fit` after kbert's own (which
             stop a diverged run, keep the training curve and checkpoint
             every epoch).
-        log: callable taking a str, for progress lines (default: stderr).
-
-    A run checkpoints every epoch into a folder beside `out`
-    (`.kbert-resume-NAME`); if it is killed, the same call resumes from its
-    last complete epoch, with the shuffles and dropout an uninterrupted run
-    would have used (an adaptation killed on its way, from its last 100
-    steps). The folder is removed once `out` is written; a run with other
-    settings starts afresh.
+        log: callable taking a str, for progress lines (default: stderr;
+            `kbert.logs.quiet` drops them).
 
     Returns:
         dict. The task's dev figures, the training time and curve.
@@ -204,12 +157,59 @@ def finetune(
         ValueError: bad input (named file and line), or `TrainingDiverged`.
     """
     log = log or to_stderr
-    task_class = _trainable(task)
-    recipe = task_class.recipe.override(
-        sequence_length=sequence_length, batch_size=batch_size, epochs=epochs,
-        learning_rate=learning_rate, warmup_fraction=warmup_fraction, weight_decay=weight_decay,
+    task_class, recipe = _checked_recipe(
+        task, callbacks, strategy, init, vocab, sequence_length=sequence_length, batch_size=batch_size,
+        epochs=epochs, learning_rate=learning_rate, warmup_fraction=warmup_fraction, weight_decay=weight_decay,
         adapt_steps=adapt_steps, probe_head=probe_head,
     )
+    check_model_out(out, overwrite, {"--train": train, "--dev": dev, "--init": init, "--vocab": vocab})
+    options, train_examples, dev_examples, learned = task_class.read_training(train, dev, options)
+    set_seeds(seed, deterministic)
+    training = _training(
+        recipe, strategy, dtype, log, seed=seed, layer_decay=layer_decay, ema_momentum=ema_momentum,
+        reinit_pooler=reinit_pooler, attention_dropout=attention_dropout, jit_compile=jit_compile,
+    )
+    vocabulary, lowercase = _vocabulary_and_casing(init, vocab, lowercase, recipe.sequence_length)
+    # Loaded before anything is written: a bad checkpoint is refused.
+    config, encoder = (None, None) if recipe.adapt_steps else _encoder(init, training)
+    task = _task(task_class, vocabulary, lowercase, recipe.sequence_length, learned, options, dev_examples, dev)
+    log(f"{task.name}: {len(train_examples)} training examples from {train}, "
+        f"{len(dev_examples)} dev examples from {dev}")
+    run = _run_identity(task, options, train, dev, init, vocab, lowercase, training)
+    texts = _adaptation_text(task, train_examples, vocabulary, lowercase, recipe)  # refused before anything is written
+    resume_dir, first_epoch, curve = resume_point(out, run, log)
+    adaptation = None
+    if recipe.adapt_steps:
+        (config, encoder), adaptation = _adapted_encoder(
+            texts, resume_dir, init, vocabulary, lowercase, training, verbose, log
+        )
+    train_ds, steps_per_epoch, dev_encoded, dev_ds = _datasets(task, train_examples, dev_examples, training,
+                                                               first_epoch, log)
+    model = _compiled_model(task, config, encoder, training, steps_per_epoch * recipe.epochs)
+    if recipe.probe_head and not first_epoch:  # a resumed run restores its head
+        _probe(task, model, train_examples, resume_dir, keep=bool(adaptation), log=log)
+    figures = fit_epochs(
+        model, train_ds, steps_per_epoch, recipe.epochs, resume_dir, first_epoch, curve, len(train_examples),
+        strategy=training.strategy, validation_data=dev_ds, verbose=verbose, callbacks=callbacks,
+        batch_size=recipe.batch_size, log=log,
+    )
+    metrics = {**dev_figures(task, model, dev_examples, dev_encoded, log), **figures}
+    if adaptation:
+        metrics["adaptation"] = adaptation
+    settings = _settings(config, recipe.sequence_length, lowercase, init, training.dtype, run)
+    # Under MultiWorkerMirroredStrategy only the chief writes `out`.
+    with chief_folder(out, training.strategy) as folder:
+        write_model_folder(folder, model, vocabulary, task, settings, metrics, overwrite=overwrite)
+    shutil.rmtree(resume_dir, ignore_errors=True)
+    return metrics
+
+
+def _checked_recipe(task, callbacks, strategy, init, vocab, **overrides):
+    """`(task class, recipe)`: the task named `task` and its recipe with each of
+    `overrides` given (not None) in place; `ValueError` naming the first value
+    out of range, before any data is read or folder written."""
+    task_class = _trainable(task)
+    recipe = task_class.recipe.override(**overrides)
     check_training_numbers(recipe.batch_size, recipe.epochs, recipe.learning_rate)
     check_adaptation(recipe.adapt_steps)
     check_probe(task_class, recipe.probe_head)
@@ -218,95 +218,126 @@ def finetune(
     if isinstance(strategy, str) and strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
     check_init(init, vocab)
-    check_model_out(out, overwrite, {"--train": train, "--dev": dev, "--init": init, "--vocab": vocab})
-    options, train_examples, dev_examples, task_settings = task_class.read_training(train, dev, options)
+    return task_class, recipe
 
-    set_seeds(seed, deterministic)
+
+def _training(recipe, strategy, dtype, log, **choices):
+    """The `Training` of `recipe` and `choices`, with the strategy made and the
+    dtype policy resolved; logs the batch on each device and the policy."""
     strategy = get_strategy(strategy)
-    log_batch_sizes(strategy, recipe.batch_size)
-    dtype = log_dtype(dtype, log)
-    vocabulary, lowercase = _vocabulary_and_casing(init, vocab, lowercase, recipe.sequence_length)
-    if not recipe.adapt_steps:  # loaded before anything is written: a bad checkpoint is refused
-        config, encoder = _encoder(init, dtype, attention_dropout, strategy)
+    log_batch_sizes(strategy, recipe.batch_size, log)
+    return Training(recipe, strategy, log_dtype(dtype, log), **choices)
+
+
+def _task(task_class, vocabulary, lowercase, sequence_length, learned, options, dev_examples, dev):
+    """The task that reads text with `vocabulary`, of what the training data taught
+    (`learned`) and the `options` given; `ValueError` if the `dev` examples do not suit it."""
     tokenizer = WordPieceTokenizer(vocabulary, lowercase=lowercase)
-    task = task_class(tokenizer, recipe.sequence_length, **task_settings)
+    task = task_class(tokenizer, sequence_length, **learned)
     task.use_options(options)
     task.check(dev_examples, dev)
-    log(f"{task.name}: {len(train_examples)} training examples from {train}, "
-        f"{len(dev_examples)} dev examples from {dev}")
-    run = {
+    return task
+
+
+def _run_identity(task, options, train, dev, init, vocab, lowercase, training):
+    """What identifies a run in its resume folder (`resume_point`): everything its
+    weights depend on, the files by path, size and modification time."""
+    return {
         "task": task.name, "task_settings": task.settings(), "options": options,
         "train": file_identity(train), "dev": file_identity(dev), "init": init,
         "vocab": file_identity(vocab) if vocab else None, "lowercase": lowercase,
-        **dataclasses.asdict(recipe), "layer_decay": layer_decay, "ema_momentum": ema_momentum,
-        "reinit_pooler": reinit_pooler, "attention_dropout": attention_dropout,
-        "jit_compile": jit_compile, "dtype": dtype, "seed": seed,
+        **dataclasses.asdict(training.recipe), "layer_decay": training.layer_decay,
+        "ema_momentum": training.ema_momentum, "reinit_pooler": training.reinit_pooler,
+        "attention_dropout": training.attention_dropout, "jit_compile": training.jit_compile,
+        "dtype": training.dtype, "seed": training.seed,
     }
-    if recipe.adapt_steps:
-        # Refused before anything is written.
-        texts, sequences = adaptation_text(task.texts(train_examples), vocabulary, recipe.sequence_length, lowercase)
-    resume_dir, first_epoch, curve = resume_point(out, run, log)
-    adaptation = None
-    if recipe.adapt_steps:
-        adapted, adaptation = adapt(
-            texts, sequences, os.path.join(resume_dir, ADAPT_FOLDER), init, vocabulary, lowercase,
-            recipe.adapt_steps, recipe.batch_size, recipe.sequence_length, seed=seed, dtype=dtype,
-            jit_compile=jit_compile, strategy=strategy, verbose=verbose, log=log,
-        )
-        # Fine-tuning then draws what it would from the adapted encoder alone.
-        set_seeds(seed)
-        config, encoder = _encoder(adapted, dtype, attention_dropout, strategy)
-    train_ds, steps_per_epoch = train_dataset(
-        task, train_examples, recipe.batch_size, seed=seed, epochs=recipe.epochs, first_epoch=first_epoch,
-        bucket_width=training_bucket_width(jit_compile), replicas=strategy.num_replicas_in_sync,
-    )
-    dev_encoded = task.encode(dev_examples)
-    dev_ds = eval_dataset(task, dev_encoded, recipe.batch_size, strategy.num_replicas_in_sync)
 
-    total_steps = steps_per_epoch * recipe.epochs
-    with strategy.scope():
-        model = task.build_model(encoder, dtype=dtype)
-        if reinit_pooler:
+
+def _adaptation_text(task, examples, vocabulary, lowercase, recipe):
+    """What adaptation reads (`kbert.pretraining.adapt.adaptation_text`), or None
+    without it; `ValueError` if the texts fill no sequence."""
+    if not recipe.adapt_steps:
+        return None
+    return adaptation_text(task.texts(examples), vocabulary, recipe.sequence_length, lowercase)
+
+
+def _adapted_encoder(texts, resume_dir, init, vocabulary, lowercase, training, verbose, log):
+    """`((config, encoder), figures)`: `init` after adaptation's masked-LM steps on
+    `texts` (what `adaptation_text` returned), kept in the resume folder."""
+    recipe = training.recipe
+    adapted, figures = adapt(
+        *texts, os.path.join(resume_dir, ADAPT_FOLDER), init, vocabulary, lowercase,
+        recipe.adapt_steps, recipe.batch_size, recipe.sequence_length, seed=training.seed, dtype=training.dtype,
+        jit_compile=training.jit_compile, strategy=training.strategy, verbose=verbose, log=log,
+    )
+    # Fine-tuning then draws what it would from the adapted encoder alone.
+    set_seeds(training.seed)
+    return _encoder(adapted, training), figures
+
+
+def _datasets(task, train_examples, dev_examples, training, first_epoch, log):
+    """`(training batches, steps an epoch, dev rows, dev batches)`: the examples
+    encoded by the task (`kbert.training.batching`), the training batches from
+    epoch `first_epoch` on."""
+    recipe, replicas = training.recipe, training.strategy.num_replicas_in_sync
+    with Waiting(f"encoding {len(train_examples):,} training examples", log):
+        train_ds, steps_per_epoch = train_dataset(
+            task, train_examples, recipe.batch_size, seed=training.seed, epochs=recipe.epochs,
+            first_epoch=first_epoch, bucket_width=training_bucket_width(training.jit_compile), replicas=replicas,
+        )
+    with Waiting(f"encoding {len(dev_examples):,} dev examples", log):
+        dev_encoded = task.encode(dev_examples)
+    dev_ds = eval_dataset(task, dev_encoded, recipe.batch_size, replicas)
+    return train_ds, steps_per_epoch, dev_encoded, dev_ds
+
+
+def _compiled_model(task, config, encoder, training, total_steps):
+    """The task's model on `encoder`, compiled with AdamW on BERT's schedule over
+    `total_steps`, under the training's strategy."""
+    recipe = training.recipe
+    with training.strategy.scope():
+        model = task.build_model(encoder, dtype=training.dtype)
+        if training.reinit_pooler:
             _reinitialise(encoder.get_layer("pooler"), config.initializer_range)
+        multipliers = layerwise_multipliers(config.num_layers, training.layer_decay) if training.layer_decay < 1 else None
         optimizer = make_optimizer(
             "adamw",
             recipe.learning_rate,
             total_steps,
             warmup_steps=int(recipe.warmup_fraction * total_steps),
             weight_decay=recipe.weight_decay,
-            dtype=dtype,
-            lr_multipliers=layerwise_multipliers(config.num_layers, layer_decay) if layer_decay < 1 else None,
-            ema_momentum=ema_momentum,
+            dtype=training.dtype,
+            lr_multipliers=multipliers,
+            ema_momentum=training.ema_momentum,
         )
-        compile_for_strategy(model, strategy, jit_compile=jit_compile, optimizer=optimizer, **task.compile_args())
-    if recipe.probe_head and not first_epoch:  # a resumed run restores its head
-        try:
-            fit_probe(task, model, train_examples, log)
-        except NonFiniteOutputs:
-            if not adaptation:  # nothing to keep
-                shutil.rmtree(resume_dir, ignore_errors=True)
-            raise
-    figures = fit_epochs(
-        model, train_ds, steps_per_epoch, recipe.epochs, resume_dir, first_epoch, curve, len(train_examples),
-        strategy=strategy, validation_data=dev_ds, verbose=verbose, callbacks=callbacks,
-    )
-    metrics = {**dev_figures(task, model, dev_examples, dev_encoded), **figures}
-    if adaptation:
-        metrics["adaptation"] = adaptation
-    settings = {
+        compile_for_strategy(
+            model, training.strategy, jit_compile=training.jit_compile, optimizer=optimizer, **task.compile_args()
+        )
+    return model
+
+
+def _probe(task, model, examples, resume_dir, keep, log):
+    """`kbert.training.probe.probe_head`; if the encoder gives NaN or infinity, the
+    resume folder is removed unless it holds what to `keep` (an adaptation)."""
+    try:
+        fit_probe(task, model, examples, log)
+    except NonFiniteOutputs:
+        if not keep:
+            shutil.rmtree(resume_dir, ignore_errors=True)
+        raise
+
+
+def _settings(config, sequence_length, lowercase, init, dtype, run):
+    """What `kbert.json` stores of how the model was made (`write_model_folder`)."""
+    return {
         "bert_config": config.to_dict(),
-        "sequence_length": recipe.sequence_length,
+        "sequence_length": sequence_length,
         "lowercase": lowercase,
         "init": init,
         "dtype": dtype,
         # The recipe as resolved (the task's, or what the caller gave).
         "training": {key: run[key] for key in TRAINING_SETTINGS},
     }
-    # Under MultiWorkerMirroredStrategy only the chief writes `out`.
-    with chief_folder(out, strategy) as folder:
-        write_model_folder(folder, model, vocabulary, task, settings, metrics, overwrite=overwrite)
-    shutil.rmtree(resume_dir, ignore_errors=True)
-    return metrics
 
 
 def _trainable(task):
@@ -320,12 +351,13 @@ def _trainable(task):
     return task_class
 
 
-def _encoder(init, dtype, attention_dropout, strategy):
-    """`(config, encoder)` of a checkpoint or preset, built under `strategy`."""
-    with strategy.scope():
+def _encoder(init, training):
+    """`(config, encoder)` of a checkpoint or preset, built under the training's strategy,
+    with its attention dropout."""
+    dropout = training.attention_dropout
+    with training.strategy.scope():
         config, encoder, _, _ = init_encoder(
-            init, dtype=dtype,
-            overrides=None if attention_dropout is None else {"attention_dropout": attention_dropout},
+            init, dtype=training.dtype, overrides=None if dropout is None else {"attention_dropout": dropout},
         )
     return config, encoder
 
@@ -373,94 +405,6 @@ def set_seeds(seed, deterministic=False):
     keras.utils.set_random_seed(seed)
 
 
-def resume_point(out, run, log):
-    """`(resume folder, epochs done, training curve so far)` of a run that writes `out`.
-
-    A folder holding an earlier run with other settings is removed (see
-    `_resume_folder`); without a checkpoint, the epochs done are 0.
-    """
-    resume_dir = _resume_folder(out, run, log)
-    _, first_epoch, curve = AtomicBackup.restore_point(resume_dir)
-    if first_epoch:
-        log(f"resuming from the checkpoint of epoch {first_epoch} in {resume_dir}")
-    return resume_dir, first_epoch, curve
-
-
-def fit_epochs(
-    model, train_ds, steps_per_epoch, epochs, resume_dir, first_epoch, curve, examples,
-    strategy=None, validation_data=None, verbose="auto", callbacks=(),
-):
-    """`model.fit` from epoch `first_epoch`, checkpointing every epoch in `resume_dir`.
-
-    Keeps the training curve and stops with `TrainingDiverged` at the first
-    non-finite loss (removing `resume_dir` if it holds no complete epoch).
-
-    Args:
-        model: a compiled `keras.Model`.
-        train_ds: the batches of epochs `first_epoch` .. `epochs - 1`.
-        steps_per_epoch: int.
-        resume_dir, first_epoch, curve: what `resume_point` returned.
-        examples: int. Training examples an epoch, for the throughput.
-        strategy: the `tf.distribute.Strategy` training runs under, or None.
-        validation_data: passed to `fit`.
-        verbose: "auto" (1 on a terminal, else 2), 0, 1 or 2.
-        callbacks: more Keras callbacks, after kbert's own.
-
-    Returns:
-        dict for metrics.json: `train_examples`, `epochs`, `train_seconds`,
-        `train_sequences_per_second`, `resumed_from_epoch`, `history` and
-        `training_curve`.
-    """
-    if verbose == "auto":
-        verbose = 1 if sys.stdout.isatty() else 2
-    step_logger = _StepLossLogger(
-        every=max(1, steps_per_epoch // CURVE_POINTS_PER_EPOCH),
-        curve=curve or (),
-        step=first_epoch * steps_per_epoch,
-    )
-    backup = AtomicBackup(resume_dir, lambda: step_logger.curve, strategy)
-    start = time.perf_counter()
-    try:
-        history = model.fit(
-            train_ds,
-            validation_data=validation_data,
-            epochs=epochs,
-            steps_per_epoch=steps_per_epoch,
-            callbacks=[PendingInterrupt(), _StopOnNonFiniteLoss(resume_dir), step_logger, backup, *callbacks],
-            shuffle=False,  # the dataset shuffles itself
-            verbose=verbose,
-        )
-    except TrainingDiverged:
-        if AtomicBackup.restore_point(resume_dir)[0] is None:
-            shutil.rmtree(resume_dir, ignore_errors=True)  # no epoch to keep
-        raise
-    seconds = time.perf_counter() - start
-    return {
-        "train_examples": examples,
-        "epochs": epochs,
-        "train_seconds": round(seconds, 1),
-        "train_sequences_per_second": round(examples * (epochs - first_epoch) / seconds, 2),
-        "resumed_from_epoch": first_epoch,
-        "history": {k: [float(v) for v in values] for k, values in history.history.items()},
-        "training_curve": step_logger.curve,
-    }
-
-
-def dev_figures(task, model, examples, encoded):
-    """The task's figures of `model` on the dev `examples`, after `task.tune` on them:
-    run as `kbert evaluate` runs the saved model (batches of its size, no XLA),
-    so that it gives the same figures: under bfloat16, XLA's fused kernels round
-    otherwise and can flip a near tie."""
-    model.jit_compile, model.predict_function = False, None
-
-    def predict():
-        return task.decode(examples, encoded, task.run(model, encoded.features))
-
-    predictions = predict()
-    tuned = task.tune(examples, predictions, predict)
-    return {**task.evaluate(examples, predictions), **tuned}
-
-
 def _reinitialise(dense, stddev):
     """Fresh weights for a Dense layer: truncated normal kernel, zero bias (BERT's init)."""
     dense.kernel.assign(keras.initializers.TruncatedNormal(stddev=stddev)(dense.kernel.shape))
@@ -468,66 +412,3 @@ def _reinitialise(dense, stddev):
         dense.bias.assign(keras.ops.zeros(dense.bias.shape))
 
 
-def file_identity(path):
-    """A file's absolute path, size and modification time: enough to tell a changed file."""
-    stat = os.stat(path)
-    return {"path": os.path.abspath(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-
-
-def resume_folder(out):
-    """The folder beside `out` where a run that writes `out` keeps its checkpoints."""
-    return os.path.join(
-        os.path.dirname(os.path.abspath(out)), RESUME_PREFIX + os.path.basename(os.path.normpath(out))
-    )
-
-
-def _resume_folder(out, run, log):
-    """The resume folder of `out` for `run`; an earlier run's with other settings is removed.
-
-    The folder is kbert's own (named after `out`, holding `run.json`, or
-    only what kbert writes there), so removing it loses nothing of the
-    user's. One that holds no checkpoint (a run stopped before its first
-    epoch ended) is removed whatever its settings.
-    """
-    folder = resume_folder(out)
-    fingerprint = hashlib.sha256(json.dumps(run, sort_keys=True).encode()).hexdigest()
-    path = os.path.join(folder, RUN_FILE)
-    if os.path.isdir(folder):
-        try:
-            with open(path) as f:
-                earlier = json.load(f).get("fingerprint")
-        except (OSError, ValueError, AttributeError):
-            earlier = None
-        if earlier == fingerprint:
-            return folder
-        if earlier is None and not _holds_only_kbert_files(folder):
-            raise ValueError(f"{folder} is in the way and kbert did not write it; move it aside")
-        if _holds_checkpoint(folder):
-            log(f"starting afresh: {folder} holds the checkpoints of a run with other settings")
-        else:
-            log(f"starting afresh: {folder} holds no checkpoint (a run stopped before its first epoch ended)")
-        shutil.rmtree(folder)
-    os.makedirs(folder)
-    write_file(path, lambda f: json.dump({"fingerprint": fingerprint, "run": run}, f, indent=2), mode="w")
-    return folder
-
-
-def _holds_only_kbert_files(folder):
-    """Whether every entry of a resume folder is one kbert writes there: `run.json`
-    (or its temporary file, `kbert.fileio.write_file`), the adaptation's run,
-    the checkpoints (`AtomicBackup.is_own_entry`)."""
-    return all(
-        name in (RUN_FILE, ADAPT_FOLDER) or name.startswith(".kbert-") or AtomicBackup.is_own_entry(name)
-        for name in os.listdir(folder)
-    )
-
-
-def _holds_checkpoint(folder):
-    """Whether a resume folder holds what a run resumes from: an epoch's checkpoint,
-    or the adaptation's (its last checkpoint, or the adapted encoder)."""
-    adaptation = os.path.join(folder, ADAPT_FOLDER)
-    return (
-        AtomicBackup.restore_point(folder)[0] is not None
-        or AtomicBackup.restore_point(os.path.join(adaptation, BACKUP_FOLDER))[0] is not None
-        or os.path.isfile(os.path.join(adaptation, HISTORY_FILE))
-    )
