@@ -18,10 +18,14 @@ import shutil
 import sys
 import zipfile
 
-from kbert.fileio import written_aside
+from kbert.fileio import write_file, written_aside
 
 MODEL_FILE = "text_classifier.tflite"
 LABELS_FILE = "labels.txt"
+# A multi-label classifier's threshold (`kbert export` writes it); the app reads
+# "none" as one label a text, the likeliest.
+THRESHOLD_FILE = "threshold.txt"
+ONE_LABEL = "none\n"
 # The associated files MediaPipe's metadata writer packs into the model.
 PACKED_VOCAB = "vocab.txt"
 PACKED_LABELS = "labels.txt"
@@ -37,7 +41,8 @@ def copy_model_to_app(export_folder, assets=APP_ASSETS):
     `mediapipe/`) or that `mediapipe/` folder itself.
 
     Returns:
-        dict. `{"model": path, "labels": path}` of the copies.
+        dict. `{"model": path, "labels": path, "threshold": path}` of the copies;
+        the threshold file holds a multi-label classifier's threshold, else "none".
 
     Raises:
         ValueError: a file is missing, the model carries no MediaPipe metadata
@@ -64,11 +69,31 @@ def copy_model_to_app(export_folder, assets=APP_ASSETS):
             f"{labels} lists {label_lines}, but {model} was written with "
             f"{packed[PACKED_LABELS]}"
         )
+    threshold = _threshold(os.path.join(export_folder, THRESHOLD_FILE))
     os.makedirs(assets, exist_ok=True)
-    copies = {"model": os.path.join(assets, MODEL_FILE), "labels": os.path.join(assets, LABELS_FILE)}
+    copies = {name: os.path.join(assets, file) for name, file in
+              (("model", MODEL_FILE), ("labels", LABELS_FILE), ("threshold", THRESHOLD_FILE))}
     _copy_atomically(model, copies["model"])
     _copy_atomically(labels, copies["labels"])
+    # Written for every model, so that one copied before never leaves its threshold behind.
+    write_file(copies["threshold"], lambda f: f.write(threshold), "w", encoding="utf-8")
     return copies
+
+
+def _threshold(path):
+    """The threshold file's text for the app: the export's, or `ONE_LABEL`; `ValueError` for
+    one that does not hold a probability."""
+    if not os.path.isfile(path):
+        return ONE_LABEL
+    with open(path, encoding="utf-8") as f:
+        text = f.read().strip()
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 < value < 1:
+        raise ValueError(f"{path} holds {text[:40]!r}; expected a probability between 0 and 1")
+    return f"{text}\n"
 
 
 def packed_files(model):

@@ -41,6 +41,11 @@ DOCUMENTED_RECIPES = {
         r"pair regression trains (?P<epochs>\d+) epochs at (?P<lr>[^;\s]+); both at batch (?P<batch>\d+), "
         r"(?P<length>\d+) pieces",
     ),
+    "multi-label-classification": (
+        "docs/tasks/multi-label-classification.md",
+        r"With no recipe flag: a linear probe, then (?P<epochs>\d+) epochs at (?P<lr>\S+) \(AdamW, 10% warm-up, "
+        r"linear decay\), batch (?P<batch>\d+), (?P<length>\d+) pieces",
+    ),
     "token-classification": (
         "docs/tasks/token-classification.md",
         r"With no recipe flag: (?P<epochs>\d+) epochs at (?P<lr>\S+) \(AdamW, 10% warm-up, linear decay\), "
@@ -66,7 +71,8 @@ def documented_recipes():
     -> docs/distillation.md's."""
     options = doc_text("docs/command-line.md")
     shared = re.search(r"in every task's recipe BERT's (?P<warmup>[\d.]+) and (?P<decay>[\d.]+)", options)
-    probe = re.search(r"on in (?P<on>[a-z ]+)'s recipe, off in (?P<off>[a-z ]+)'s; other tasks refuse it", options)
+    probe = re.search(r"on in (?P<on>[a-z -]+?(?:'s and [a-z -]+?)*)'s recipes?, off in (?P<off>[a-z ]+)'s; "
+                      r"other tasks refuse it", options)
     assert shared and probe, "docs/command-line.md no longer states the shared recipe settings"
     recipes = {}
     for name, (page, pattern) in DOCUMENTED_RECIPES.items():
@@ -77,7 +83,7 @@ def documented_recipes():
             sequence_length=int(found["length"]), warmup_fraction=float(shared["warmup"]),
             weight_decay=float(shared["decay"]),
             adapt_steps=int((found.groupdict().get("adapt") or "0").replace(",", "")),
-            probe_head=name == probe["on"].replace(" ", "-"),
+            probe_head=name in {task.replace(" ", "-") for task in probe["on"].split("'s and ")},
         )
     distillation = doc_text("docs/distillation.md")
     found = re.search(r"(?P<epochs>\d+) epochs at (?P<lr>[^,\s]+), batch (?P<batch>\d+), temperature", distillation)

@@ -48,6 +48,7 @@ def fake_model(path, labels, vocab=("[PAD]", "[UNK]", "[CLS]", "[SEP]")):
 def test_kotlin_asset_names_are_where_the_tool_copies():
     assert kotlin_constant("MODEL_ASSET") == copy_tool.MODEL_FILE
     assert kotlin_constant("LABELS_ASSET") == copy_tool.LABELS_FILE
+    assert kotlin_constant("THRESHOLD_ASSET") == copy_tool.THRESHOLD_FILE
     # Android packs src/main/assets into the APK; setModelAssetPath names a file there.
     assert copy_tool.APP_ASSETS == os.path.join(APP, "src", "main", "assets")
 
@@ -58,6 +59,7 @@ def test_tool_names_match_the_exporter():
     assert copy_tool.MODEL_FILE == mediapipe.MEDIAPIPE_FILE
     assert copy_tool.LABELS_FILE == mediapipe.LABELS_FILE
     assert copy_tool.PACKED_LABELS == copy_tool.LABELS_FILE
+    assert copy_tool.THRESHOLD_FILE == mediapipe.THRESHOLD_FILE
 
 
 def test_gradle_build_settings():
@@ -94,9 +96,17 @@ def test_copy_puts_model_and_labels_into_assets(tmp_path):
     (export / copy_tool.LABELS_FILE).write_text("admin\ngames\nnet\n")
     assets = tmp_path / "assets"
     copies = copy_tool.copy_model_to_app(str(export), str(assets))
-    assert sorted(os.listdir(assets)) == sorted([copy_tool.MODEL_FILE, copy_tool.LABELS_FILE])
+    assert sorted(os.listdir(assets)) == sorted([copy_tool.MODEL_FILE, copy_tool.LABELS_FILE, copy_tool.THRESHOLD_FILE])
     assert copy_tool.packed_files(copies["model"])["labels.txt"] == labels
     assert read(copies["labels"]).splitlines() == labels
+    assert read(copies["threshold"]) == "none\n"  # one label a text
+    # A multi-label export's threshold replaces it; a file that holds no probability is refused.
+    (export / copy_tool.THRESHOLD_FILE).write_text("0.37\n")
+    assert read(copy_tool.copy_model_to_app(str(export), str(assets))["threshold"]) == "0.37\n"
+    (export / copy_tool.THRESHOLD_FILE).write_text("high\n")
+    with pytest.raises(ValueError, match=r"threshold\.txt holds 'high'; expected a probability between 0 and 1"):
+        copy_tool.copy_model_to_app(str(export), str(assets))
+    assert read(os.path.join(assets, copy_tool.THRESHOLD_FILE)) == "0.37\n"
 
 
 def test_copies_follow_the_umask(tmp_path):
@@ -111,8 +121,9 @@ def test_copies_follow_the_umask(tmp_path):
     finally:
         os.umask(previous)
     assert {name: stat.S_IMODE(os.stat(path).st_mode) for name, path in copies.items()} == {
-        "model": 0o640, "labels": 0o640}
-    assert sorted(os.listdir(tmp_path / "assets")) == sorted([copy_tool.MODEL_FILE, copy_tool.LABELS_FILE])
+        "model": 0o640, "labels": 0o640, "threshold": 0o640}
+    assert sorted(os.listdir(tmp_path / "assets")) == sorted(
+        [copy_tool.MODEL_FILE, copy_tool.LABELS_FILE, copy_tool.THRESHOLD_FILE])
 
 
 def test_copy_refuses_labels_that_differ_from_the_model(tmp_path):

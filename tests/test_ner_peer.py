@@ -36,7 +36,7 @@ def test_the_transformers_peer_runs_named_entities_only(capsys):
     with pytest.raises(SystemExit):
         tool.parse_args(["--task", "text-pair-regression", "--train", os.path.join(STSB, "train.tsv"),
                          "--dev", os.path.join(STSB, "dev.tsv"), "--impls", "kbert,transformers"])
-    assert "--impls transformers: runs --task token-classification or question-answering only" in capsys.readouterr().err
+    assert "--impls transformers: runs --task token-classification, question-answering or multi-label-classification only" in capsys.readouterr().err
     # A task with nothing to fine-tune (no recipe) is refused by name.
     with pytest.raises(SystemExit):
         tool.parse_args(["--task", "fill-mask", "--train", os.path.join(STSB, "train.tsv"),

@@ -38,6 +38,9 @@ STSB = os.path.join(SHARED, "glue-stsb")
 # the registry must add its own here.
 SETTINGS = {
     "text-classification": {"labels": ["games", "mail", "math"], "truncate": "head_tail"},
+    "multi-label-classification": {
+        "labels": ["interface::x11", "use::editing", "works-with::text"], "label_separator": "|", "threshold": 0.35,
+    },
     "text-pair-classification": {"labels": ["0", "1"], "pair_order": "both"},
     "text-pair-regression": {"head": "cross-cosine", "score_range": [0.0, 5.0]},
     "token-classification": {

@@ -39,6 +39,8 @@ MEDIAPIPE_FILE = "text_classifier.tflite"
 EMBEDDER_FILE = "text_embedder.tflite"
 TASK_LIBRARY_FILE = "bert_nl_classifier.tflite"
 LABELS_FILE = LABELS_NAME
+# A multi-label classifier's decision threshold, beside its labels (the Android app reads it).
+THRESHOLD_FILE = "threshold.txt"
 # The signature output; MediaPipe reads the tensor by the metadata, not by this.
 _OUTPUT_NAME = "probabilities"
 _WORKER_COMMANDS = {
@@ -84,6 +86,8 @@ def export_text_classifier(folder, out, examples, reference, cache_dir=None, tas
         folder.model, folder.vocabulary, task.labels, folder.sequence_length, paths, task, cache_dir
     )
     _write_text(os.path.join(out, LABELS_FILE), "".join(f"{label}\n" for label in task.labels))
+    for name, content in serving_for(task).on_device_files().items():
+        _write_text(os.path.join(out, name), content)
     keras_probs = serving_for(task).scores(reference)
     tokenization, ids_differ = compare_tokenizers(folder, examples, texts, cache_dir)
     entries = []
@@ -242,7 +246,7 @@ def compare_tokenizers(folder, examples, texts, cache_dir=None):
 
 
 def write_text_classifier(model, vocabulary, labels, sequence_length, paths, task, cache_dir=None):
-    """Writes `model` as `.tflite` files with a softmax and each runtime's metadata.
+    """Writes `model` as `.tflite` files with its probabilities and each runtime's metadata.
 
     Args:
         model: keras.Model. A classification task's model (token ids -> logits).
@@ -270,13 +274,15 @@ def write_text_classifier(model, vocabulary, labels, sequence_length, paths, tas
     for runtime, path in paths.items():
         _write_with_metadata(content, vocabulary, labels, path, runtime, cache_dir)
         contracts[runtime] = check_contract(
-            path, vocabulary, labels, sequence_length, runtime, cache_dir
+            path, vocabulary, labels, sequence_length, runtime, cache_dir,
+            distribution=serving_for(task).one_label,
         )
     return contracts
 
 
 def probability_tflite(model, sequence_length, task):
-    """The plain `.tflite` (no metadata) of `model` with a softmax on top.
+    """The plain `.tflite` (no metadata) of `model` with its task's probabilities on top
+    (`probabilities` of its serving adapter: a softmax, or each label's sigmoid).
 
     Float32, builtin ops only, fixed `(1, sequence_length)` int32 inputs. The
     forward pass is `kbert.export.graph.model_outputs(target="tflite")`,
@@ -286,7 +292,7 @@ def probability_tflite(model, sequence_length, task):
     check_sequence_length(sequence_length)
     task_encoder(model)  # a ValueError for a model that is not a kbert task model
     return _to_tflite(
-        lambda features: tf.nn.softmax(model_outputs(task, model, features, target="tflite")["logits"], -1),
+        lambda features: serving_for(task).probabilities(model_outputs(task, model, features, target="tflite")["logits"]),
         sequence_length,
         tracked=model,
     )

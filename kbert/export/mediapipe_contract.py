@@ -54,13 +54,15 @@ PAD_TOKEN = "[PAD]"
 PROBABILITY_TOLERANCE = 1e-5
 
 
-def check_contract(path, vocabulary, labels, sequence_length, runtime="mediapipe", cache_dir=None):
+def check_contract(path, vocabulary, labels, sequence_length, runtime="mediapipe", cache_dir=None,
+                   distribution=True):
     """Reads `path` back and raises `ValueError` listing every broken point.
 
     Checks each row of the module's table against the file: the LiteRT
     interpreter for tensors, MediaPipe's `MetadataDisplayer` for the metadata,
     the packed files for vocabulary and labels, and two inputs run through the
-    interpreter for probabilities.
+    interpreter for probabilities: one distribution (a softmax), or with
+    `distribution=False` one probability per label (a multi-label model's sigmoids).
 
     Returns:
         dict. `read_contract(path)`.
@@ -68,7 +70,7 @@ def check_contract(path, vocabulary, labels, sequence_length, runtime="mediapipe
     contract = read_contract(path, cache_dir)
     problems = contract_problems(contract, vocabulary, labels, sequence_length, runtime)
     if not problems:
-        problems = probability_problems(path, len(vocabulary), sequence_length)
+        problems = probability_problems(path, len(vocabulary), sequence_length, distribution)
     if problems:
         raise ValueError(f"{path} breaks the {runtime} contract:\n- " + "\n- ".join(problems))
     return contract
@@ -193,9 +195,10 @@ def check_labels(labels, num_classes):
         raise ValueError(f"labels {list(labels)} repeat a name; the runtimes match scores by name")
 
 
-def probability_problems(path, vocab_size, sequence_length):
+def probability_problems(path, vocab_size, sequence_length, distribution=True):
     """Runs a padded and a random full input through `path` with the LiteRT
-    interpreter; each output row must be a probability distribution."""
+    interpreter; each output row must be a probability distribution (or, without
+    `distribution`, probabilities)."""
     rng = np.random.default_rng(0)
     full = rng.integers(1, vocab_size, (1, sequence_length)).astype("int32")
     short = np.where(np.arange(sequence_length) < 3, full, 0).astype("int32")
@@ -207,11 +210,14 @@ def probability_problems(path, vocab_size, sequence_length):
             "segment_ids": np.zeros_like(ids),
         }
         row = interpreter_scores(path, features)[0]
-        if row.min() < 0 or row.max() > 1 or abs(row.sum() - 1) > PROBABILITY_TOLERANCE:
+        outside = row.min() < 0 or row.max() > 1
+        if distribution and (outside or abs(row.sum() - 1) > PROBABILITY_TOLERANCE):
             problems.append(
                 f"output {np.round(row, 4).tolist()} is not a probability distribution "
                 "(no softmax in the model?)"
             )
+        elif outside:
+            problems.append(f"output {np.round(row, 4).tolist()} holds values outside [0, 1] (no sigmoid in the model?)")
     return problems
 
 

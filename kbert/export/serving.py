@@ -24,6 +24,7 @@ from kbert.tasks import (
     TokenClassification,
 )
 from kbert.tasks.inference import softmax
+from kbert.tasks.multi_label_classification import MultiLabelClassification, sigmoid
 from kbert.tasks.sentence_embedding import MIN_COSINE, QUANTIZED_MIN_MEAN_COSINE, row_cosines
 
 __all__ = ["ADAPTERS", "Serving", "serving_class", "serving_for"]
@@ -33,12 +34,21 @@ class ClassificationServing(Serving):
     """Labels: `scores`, `label` and `logits` served, `labels.txt` shipped,
     compared by probabilities and top-1 agreement."""
 
+    # One label an example: the probabilities are one distribution (a softmax).
+    one_label = True
+
+    def probabilities(self, logits):
+        """The served `scores` of `logits` (TensorFlow ops): a softmax over the classes."""
+        import tensorflow as tf
+
+        return tf.nn.softmax(logits, axis=-1)
+
     def outputs(self, features, outputs):
         import tensorflow as tf
 
         logits = outputs["logits"]
         return {
-            "scores": tf.nn.softmax(logits, axis=-1),
+            "scores": self.probabilities(logits),
             "label": tf.gather(tf.constant(self.task.labels), tf.argmax(logits, axis=-1)),
             "logits": logits,
         }
@@ -61,6 +71,47 @@ class TextClassifierServing(ClassificationServing):
     """Single texts also ship as MediaPipe's `TextClassifier` file."""
 
     on_device = "text_classifier"
+
+
+class MultiLabelServing(TextClassifierServing):
+    """Labels above the task's threshold: `labels` (their names joined by the
+    task's separator, "" for none), `scores` (each label's probability) and
+    `logits` served; compared by probabilities and by the labels chosen."""
+
+    one_label = False
+
+    def probabilities(self, logits):
+        import tensorflow as tf
+
+        return tf.sigmoid(logits)
+
+    def outputs(self, features, outputs):
+        import tensorflow as tf
+
+        logits = outputs["logits"]
+        scores = self.probabilities(logits)
+        names = tf.broadcast_to(tf.constant(self.task.labels), tf.shape(logits))
+        chosen = tf.ragged.boolean_mask(names, scores >= self.task.decision_threshold)
+        labels = tf.strings.reduce_join(chosen, axis=-1, separator=self.task.label_separator)
+        return {"labels": labels, "scores": scores, "logits": logits}
+
+    def scores(self, outputs):
+        return sigmoid(outputs["logits"])
+
+    def on_device_files(self):
+        """The threshold, which MediaPipe's model cannot hold: the app marks the
+        labels whose score reaches it (MediaPipe's `score_threshold` option)."""
+        from kbert.export.mediapipe import THRESHOLD_FILE
+
+        return {THRESHOLD_FILE: f"{self.task.decision_threshold:g}\n"}
+
+    def agreement(self, outputs, reference):
+        scores, expected = self.scores(outputs), self.scores(reference)
+        threshold = self.task.decision_threshold
+        return {
+            "max_abs_diff": float(np.abs(scores - expected).max()),
+            "label_agreement": float(np.mean((scores >= threshold) == (expected >= threshold))),
+        }
 
 
 class RegressionServing(Serving):
@@ -146,6 +197,7 @@ ADAPTERS = {
     TokenClassification: TokenServing,
     QuestionAnswering: AnswerServing,
     FillMask: FillMaskServing,
+    MultiLabelClassification: MultiLabelServing,
 }
 
 

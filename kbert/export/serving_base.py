@@ -118,6 +118,10 @@ class Serving:
             truncate=task.preprocessor.packer.truncate,
         )
 
+    def on_device_files(self):
+        """Files written beside the on-device model besides its labels: name -> text. Default: none."""
+        return {}
+
     def tflite_unsupported(self):
         """TFLite quantizations this model's graph cannot take: name -> why (the
         exporter skips them). Default: none."""

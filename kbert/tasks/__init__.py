@@ -5,6 +5,7 @@ Adding a task is one module, its tests, and one line in `TASKS`.
 
 from kbert.tasks.base import Task
 from kbert.tasks.fill_mask import FillMask
+from kbert.tasks.multi_label_classification import MultiLabelClassification
 from kbert.tasks.objectives import Classes, Embedding, MaskedWords, Objective, Score, Spans, Tags
 from kbert.tasks.records import Encoded, Option, QuestionExample, Rows, TextExample, WordsExample
 from kbert.tasks.question_answering import QuestionAnswering
@@ -18,6 +19,7 @@ TASKS = {
     task.name: task
     for task in (
         TextClassification,
+        MultiLabelClassification,
         TextPairClassification,
         TextPairRegression,
         TokenClassification,

@@ -6,7 +6,7 @@ row per encoded row (`distillation_targets`):
 
 | key | what |
 | --- | --- |
-| `TARGET` | the task's own targets (`Task.encode`): class ids, scores, tag ids, a span's start and end |
+| `TARGET` | the task's own targets (`Task.encode`): class ids, label indicators, scores, tag ids, a span's start and end |
 | `TEACHER` | the teacher's output on the same row (logits, a score, start and end logits) |
 | `HARD_WEIGHT` | float32, 1 for a labelled row, 0 for one without a usable target (an unlabelled text; a question whose answer cannot be found) |
 
@@ -105,6 +105,34 @@ class SoftTargetLoss(DistillationLoss):
 
     def get_config(self):
         return {**super().get_config(), "temperature": self.temperature, "ignored": self.ignored}
+
+
+class SigmoidSoftTargetLoss(DistillationLoss):
+    """Each label's binary cross-entropy to the gold labels plus to the softened
+    teacher's probabilities (multi-label classification).
+
+    `soft = T^2 * BCE(sigmoid(teacher / T), sigmoid(student / T))`, the
+    per-label analogue of `SoftTargetLoss`'s term; both are means over the labels.
+
+    Args:
+        temperature: float > 0. T.
+        alpha: float in [0, 1]. The weight of the gold labels' cross-entropy.
+    """
+
+    def __init__(self, temperature, alpha, name="sigmoid_soft_target_distillation"):
+        super().__init__(alpha, name=name)
+        if not temperature > 0:
+            raise ValueError(f"temperature={temperature!r}; expected a number above 0")
+        self.temperature = float(temperature)
+
+    def terms(self, target, teacher, student):
+        t = self.temperature
+        hard = ops.mean(ops.binary_crossentropy(ops.cast(target, "float32"), student, from_logits=True), axis=-1)
+        soft = ops.mean(ops.binary_crossentropy(ops.sigmoid(teacher / t), student / t, from_logits=True), axis=-1)
+        return hard, t * t * soft, ops.ones_like(hard, dtype="bool")
+
+    def get_config(self):
+        return {**super().get_config(), "temperature": self.temperature}
 
 
 class ScoreDistillationLoss(DistillationLoss):

@@ -38,8 +38,9 @@ class Objective:
     # True if the head comes from the checkpoint (`load_pretrained(..., heads=True)`):
     # `build_model` is then given its `bert_pretrainer`.
     pretrained_heads = False
-    # True if the head is a softmax Dense on one vector per row, which
-    # `kbert.training.probe` can fit first as a logistic regression.
+    # True if the head is a Dense on one vector per row, which
+    # `kbert.training.probe` can fit first as a logistic regression
+    # (`fit_probe`).
     linear_probe = False
 
     def build_model(self, task, encoder_or_config, dtype=None):
@@ -97,6 +98,29 @@ class Classes(Objective):
     def decode(self, task, outputs):
         """Class probabilities, one row each."""
         return softmax(outputs["logits"])
+
+    def probe_gap(self, targets, units):
+        """Why the training rows' `targets` cannot fit a probe of `units` outputs, or None."""
+        missing = units - len(np.unique(targets))
+        return f"{missing} of the head's {units} classes have no training row" if missing else None
+
+    def fit_probe(self, vectors, targets, units):
+        """The head's kernel `(width, units)` and bias fitted as a multinomial logistic
+        regression of the class ids `targets` on `vectors`, and its training accuracy."""
+        regression = logistic_regression().fit(vectors, targets)
+        kernel, bias = regression.coef_.T, regression.intercept_
+        if units == 2:
+            # One logit for class 1 against class 0: the softmax of two halves gives the same odds.
+            kernel, bias = np.concatenate([-kernel, kernel], axis=1) / 2, np.concatenate([-bias, bias]) / 2
+        return kernel, bias, regression.score(vectors, targets)
+
+
+def logistic_regression():
+    """The linear probe's regression (`kbert.training.probe`): scikit-learn's default L2
+    penalty, the sum of the rows' losses plus half the squared weights over C=1."""
+    from sklearn.linear_model import LogisticRegression
+
+    return LogisticRegression(C=1.0, max_iter=5000)
 
 
 class Score(Objective):

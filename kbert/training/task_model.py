@@ -20,6 +20,7 @@ Every task (`kbert.tasks.TASKS`), each with its own inputs:
 | task | x | y |
 | --- | --- | --- |
 | text-classification | texts | label names (an integer `1` is the label "1") |
+| multi-label-classification | texts | a list of label names per text (none: `[]`) |
 | text-pair-classification, text-pair-regression | `(first_texts, second_texts)` | labels, or scores |
 | token-classification | raw texts, or lists of words | a list of tags per list of words |
 | question-answering | `{"question", "context"}` dicts, or `(questions, contexts)` | `{"text", "answer_start"}`, or None for no answer (v2.0) |

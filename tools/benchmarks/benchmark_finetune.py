@@ -25,11 +25,13 @@ checkpoint's sentence embeddings (pair regression) and answering nothing
 Both run the task's recipe (`kbert finetune`'s defaults) unless `--epochs`,
 `--lr`, `--batch-size`, `--seq-len`, `--warmup` or `--weight-decay` say otherwise.
 
-Named entities and question answering have another peer, `transformers`:
-Hugging Face's `BertForTokenClassification` with run_ner.py's own recipe
-(`transformers_ner.py`), or `BertForQuestionAnswering` with run_qa.py's
-(`transformers_qa.py`), on PyTorch in a process of its own, against kbert's
-default:
+Named entities, question answering and multi-label classification have
+another peer, `transformers`: Hugging Face's `BertForTokenClassification`
+with run_ner.py's own recipe (`transformers_ner.py`),
+`BertForQuestionAnswering` with run_qa.py's (`transformers_qa.py`), or
+`BertForSequenceClassification` with its multi-label tutorial's
+(`transformers_multilabel.py`), on PyTorch in a process of its own, against
+kbert's default:
 
     python tools/benchmarks/benchmark_finetune.py --task token-classification \\
         --train ../shared/data/conll2003/train.txt --dev ../shared/data/conll2003/dev.txt \\
@@ -37,6 +39,9 @@ default:
     python tools/benchmarks/benchmark_finetune.py --task question-answering \\
         --train ../shared/data/squad-sample/normans-dev-v2.0.json \\
         --dev ../shared/data/squad-sample/normans-dev-v2.0.json --impls kbert,transformers --seeds 0,1,2
+    python tools/benchmarks/benchmark_finetune.py --task multi-label-classification \\
+        --train ../shared/data/debian-tags/train.csv --dev ../shared/data/debian-tags/dev.csv \\
+        --impls kbert,transformers --seeds 0,1,2 --baselines ""
 
 Each run also reports `train_loss`, the mean training loss of its last
 epoch, `mean_step_seconds`, its mean step after the first (and
@@ -82,7 +87,8 @@ sys.path.insert(0, REPO)
 IMPLS = ("kbert", "keras-hub", "transformers")
 # The tasks each peer but keras-hub runs: its script for each.
 PEER_TASKS = {"transformers": {"token-classification": "transformers_ner.py",
-                               "question-answering": "transformers_qa.py"}}
+                               "question-answering": "transformers_qa.py",
+                               "multi-label-classification": "transformers_multilabel.py"}}
 # Diagnostics: kbert's model fed by keras-hub's input pipeline (its tokenizer
 # and packer, unbucketed batches padded to the sequence length, one shuffle of
 # the whole set per epoch), to tell the model's part in a gap from the input's.
@@ -154,7 +160,8 @@ def parse_args(argv=None):
             parser.error(f"--impls {impl}: {error}")
     for impl in args.impls:
         if impl in PEER_TASKS and args.task not in PEER_TASKS[impl]:
-            parser.error(f"--impls {impl}: runs --task {' or '.join(PEER_TASKS[impl])} only")
+            *others, last = PEER_TASKS[impl]
+            parser.error(f"--impls {impl}: runs --task {' or '.join(filter(None, [', '.join(others), last]))} only")
     also_evaluate = {}
     for entry in args.also_evaluate:
         try:
@@ -328,7 +335,9 @@ def run_transformers(args, seed):
         raise RuntimeError(f"{script} failed: {result.stderr.strip().splitlines()[-1:]}")
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     return {**figures["dev"], "fit_seconds": figures["train_seconds"], "recipe": figures["recipe"],
-            "impl_version": figures["impl"]}
+            "impl_version": figures["impl"],
+            # A peer that also scores under kbert's choice on dev (multi-label's threshold).
+            **({"dev_tuned": figures["dev_tuned"]} if "dev_tuned" in figures else {})}
 
 
 def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
@@ -423,6 +432,29 @@ def run_keras_hub(args, seed, task_class, train, dev, model_from="keras-hub"):
     }
 
 
+def tfidf_features(train, dev):
+    """TF-IDF of 1-2 grams (min_df 2, sublinear tf) of the training and dev texts."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)
+    return vectorizer.fit_transform([e.texts[0] for e in train]), vectorizer.transform([e.texts[0] for e in dev])
+
+
+def multi_label_baselines(args, task, train, dev, targets):
+    """TF-IDF with one-vs-rest logistic regression (C=10), its threshold tuned on dev as kbert's."""
+    if "tfidf" not in args.baselines:
+        return {}
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.multiclass import OneVsRestClassifier
+
+    train_features, dev_features = tfidf_features(train, dev)
+    classifier = OneVsRestClassifier(LogisticRegression(max_iter=2000, C=10)).fit(train_features, targets)
+    probabilities = classifier.predict_proba(dev_features)
+    task.tune(dev, probabilities, None)
+    return {"tfidf_logistic_regression": {**task.summary(task.evaluate(dev, probabilities)),
+                                          "threshold": task.threshold}}
+
+
 def baselines(args, task_class, train, dev):
     """The figures a fine-tuned model must beat, for the baselines that fit the task."""
     import numpy as np
@@ -434,18 +466,18 @@ def baselines(args, task_class, train, dev):
     if "labels" in settings:
         task = task_class(WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]), 8, **settings)
         ids = task.targets(train)
+        if ids.ndim == 2:
+            return multi_label_baselines(args, task, train, dev, ids)
         majority = np.bincount(ids).argmax()
         if "majority" in args.baselines:
             predictions = np.eye(len(task.labels), dtype=np.float32)[[majority] * len(dev)]
             results["majority"] = task.summary(task.evaluate(dev, predictions))
         if "tfidf" in args.baselines and len(task.text_inputs) == 1:
-            from sklearn.feature_extraction.text import TfidfVectorizer
             from sklearn.linear_model import LogisticRegression
 
-            vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)
-            features = vectorizer.fit_transform([e.texts[0] for e in train])
-            classifier = LogisticRegression(max_iter=2000, C=10).fit(features, ids)
-            probabilities = classifier.predict_proba(vectorizer.transform([e.texts[0] for e in dev]))
+            train_features, dev_features = tfidf_features(train, dev)
+            classifier = LogisticRegression(max_iter=2000, C=10).fit(train_features, ids)
+            probabilities = classifier.predict_proba(dev_features)
             results["tfidf_logistic_regression"] = task.summary(task.evaluate(dev, probabilities))
     elif "zero-shot-cosine" in args.baselines and "score_range" in settings:
         from kbert.checkpoints import load_hf_checkpoint
