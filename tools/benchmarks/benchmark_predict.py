@@ -6,7 +6,7 @@
 | `transformers` | `pipeline("text-classification")` on PyTorch, `batch_size` texts a call, on the model folder converted to a Hugging Face `BertForSequenceClassification` | Hugging Face's fast BERT tokenizer, `truncation=True` |
 | `onnxruntime` | kbert's ONNX int8 export (`kbert export --formats onnx --quantize dynamic`), texts sorted by length in batches of `batch_size` | Hugging Face's fast BERT tokenizer, texts cut as kbert cuts them |
 
-    python tools/benchmarks/benchmark_predict.py --model runs/probe104/tasks/debian --work runs/bench-predict
+    python tools/benchmarks/benchmark_predict.py --model runs/debian-minilm --work runs/bench-predict
 
 Each impl runs in a process of its own (PyTorch and TensorFlow crash together in
 one process here), on `--threads` threads, over the same texts: the training
@@ -43,7 +43,7 @@ SCORE_TOLERANCE = 0.05
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="runs/probe104/tasks/debian", help="a text-classification model folder")
+    parser.add_argument("--model", default="runs/debian-minilm", help="a text-classification model folder")
     parser.add_argument("--work", default="runs/bench-predict", help="folder for texts, outputs, conversions")
     parser.add_argument("--export", help="a kbert export folder with onnx/model_int8.onnx (default: WORK/export, "
                         "made if missing)")
