@@ -68,6 +68,31 @@ def test_reads_label_lists_and_learns_the_label_names(tmp_path):
     assert task.read(path, {"label_separator": "|"}, targets=False)[0].target is None
 
 
+def test_reads_one_column_per_label(tmp_path, capsys):
+    """`--label-columns`: a 0/1 column per label (as the Jigsaw toxic-comments files), read as the label lists."""
+    path = tmp_path / "flags.csv"
+    path.write_text("comment,editors,games,net\nA text editor.,1,0,0\nA network game.,0,1,1\nA font.,0,0,0\n")
+    options = {"text_column": "comment", "label_columns": "editors, games,net"}
+    examples = MultiLabelClassification.read(str(path), options)
+    assert [e.target for e in examples] == [("editors",), ("games", "net"), ()]
+    assert MultiLabelClassification.learn(examples, str(path)) == {"labels": LABELS}
+    jsonl = tmp_path / "flags.jsonl"
+    jsonl.write_text('{"comment": "A game.", "editors": 0, "games": 1, "net": 0}\n')
+    assert MultiLabelClassification.read(str(jsonl), options)[0].target == ("games",)
+    path.write_text("comment,editors,games,net\nA text editor.,1,yes,0\n")
+    with pytest.raises(ValueError, match=r"flags\.csv, line 2: column 'games' holds 'yes'; expected 1 or 0"):
+        MultiLabelClassification.read(str(path), options)
+    jsonl.write_text('{"comment": "A game.", "editors": 0, "games": true, "net": 0}\n')
+    with pytest.raises(ValueError, match=r"flags\.jsonl, line 1: 'games' is True; expected a string or a number"):
+        MultiLabelClassification.read(str(jsonl), options)
+    for bad in ("editors,,net", "editors,editors", "comment,games"):
+        with pytest.raises(ValueError, match=r"label_columns=.*expected distinct column names"):
+            MultiLabelClassification.read(str(path), {**options, "label_columns": bad})
+    with pytest.raises(SystemExit):
+        main(["finetune", "--task", NAME, "--help"])
+    assert "--label-columns" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("rows, options, message", [
     ([("a text", "editors;sports")], {}, r"d\.csv, line 2: label 'sports' is not one the model knows"),
     ([("  ", "editors")], {}, r"d\.csv, line 2: empty 'text'"),
@@ -155,9 +180,17 @@ def test_the_distillation_loss_is_binary_cross_entropy_both_ways():
 # === Training and serving ===
 
 
-def test_finetune_evaluate_predict_on_the_command_line(tiny, tmp_path, capsys):
-    data, out = str(tiny / "data.csv"), str(tmp_path / "m")
-    assert main(["finetune", "--task", NAME, "--train", data, "--dev", data, "--init", str(tiny / "bert"),
+@pytest.mark.parametrize("layout", ["labels column", "a column per label"])
+def test_finetune_evaluate_predict_on_the_command_line(tiny, tmp_path, capsys, layout):
+    """The same data either way; `--label-columns` is stored with the model, so evaluate reads it too."""
+    data, out, flags = str(tiny / "data.csv"), str(tmp_path / "m"), []
+    if layout == "a column per label":
+        data, flags = str(tmp_path / "flags.csv"), ["--label-columns", ",".join(LABELS)]
+        with open(data, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(["text", *LABELS])
+            writer.writerows([text, *(int(label in labels.split(";")) for label in LABELS)] for text, labels in ROWS)
+    assert main(["finetune", "--task", NAME, "--train", data, "--dev", data, "--init", str(tiny / "bert"), *flags,
                  "--out", out, "--epochs", "2", "--batch-size", "4", "--seq-len", "16", "--dtype", "float32"]) == 0
     trained = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     stored = json.loads((tmp_path / "m" / "kbert.json").read_text())["task_settings"]

@@ -3,7 +3,8 @@
 Data: a CSV or TSV file with a header row, the text in `--text-column`
 (default `text`) and the labels in `--labels-column` (default `labels`),
 separated by `--label-separator` (default `;`); an empty cell is a text with
-no label. Label names are learned from the training file.
+no label. Or, with `--label-columns a,b,c`, one column per label holding 1 (the
+text has it) or 0. Label names are learned from the training file.
 
 The head is one logit per label from the pooled [CLS] vector (the
 `MultiLabels` objective), trained with binary cross-entropy, as Hugging
@@ -22,7 +23,7 @@ import numpy as np
 
 from kbert.logs import to_stderr
 from kbert.recipes import Recipe
-from kbert.tabular import read_table
+from kbert.tabular import quoted, read_table
 from kbert.tasks.base import METRIC_BUDGETS
 from kbert.tasks.classification import check_labels
 from kbert.tasks.objectives import Classes, logistic_regression
@@ -100,6 +101,9 @@ class MultiLabelClassification(TextTask):
         text_column: str = option("column holding the text", "text")
         labels_column: str = option("column holding a text's labels", "labels")
         label_separator: str = option("what separates the labels in --labels-column", ";")
+        label_columns: str = option(
+            "columns holding 1 or 0, one per label, separated by commas (instead of --labels-column)", None
+        )
         truncate: str = option(
             "how a text longer than --seq-len pieces is cut: head_tail keeps its first and last "
             "halves, longest_first its start",
@@ -126,6 +130,7 @@ class MultiLabelClassification(TextTask):
 
         check_labels(self.labels)
         _check_separator(self.label_separator)
+        _label_columns(self.label_columns, self.text_column)
         _check_threshold(self.threshold)
         if self.truncate != self.preprocessor.packer.truncate:
             self.preprocessor = BertPreprocessor(self.tokenizer, self.sequence_length, truncate=self.truncate)
@@ -141,16 +146,17 @@ class MultiLabelClassification(TextTask):
         options = cls.resolve_options(options)
         text, column, separator = options["text_column"], options["labels_column"], options["label_separator"]
         _check_separator(separator)
-        columns = [text] + ([column] if targets else [])
+        flags = _label_columns(options["label_columns"], text)
+        columns = [text] + ((flags or [column]) if targets else [])
         rows = read_table(path, columns, nonempty=[text])
-        return [
-            TextExample(
-                texts=(row[text],),
-                target=_split(row[column], separator) if targets else None,
-                line=row.line,
-            )
-            for row in rows
-        ]
+        if not targets:
+            return [TextExample(texts=(row[text],), target=None, line=row.line) for row in rows]
+        if flags:
+            return [
+                TextExample(texts=(row[text],), target=tuple(f for f in flags if _flag(row, f, path)), line=row.line)
+                for row in rows
+            ]
+        return [TextExample(texts=(row[text],), target=_split(row[column], separator), line=row.line) for row in rows]
 
     @classmethod
     def learn(cls, examples, source):
@@ -284,6 +290,28 @@ def _label_matrix(labels, examples, source):
             )
         matrix[row, [index[label] for label in example.target]] = 1.0
     return matrix
+
+
+def _label_columns(names, text_column):
+    """The column names of `--label-columns` ("a,b,c"), or None where it is not given."""
+    if names is None:
+        return None
+    columns = [name.strip() for name in str(names).split(",")]
+    if not all(columns) or len(set(columns)) != len(columns) or text_column in columns:
+        raise ValueError(f"label_columns={names!r}; expected distinct column names separated by commas, "
+                         f"not the text column {text_column!r}")
+    return columns
+
+
+def _flag(row, column, path):
+    """Whether `row`'s cell in the label column `column` says 1 (the text has the label)."""
+    value = row[column]
+    cell = value.strip() if isinstance(value, str) else value
+    if cell in ("1", 1) and cell is not True:
+        return True
+    if cell in ("0", 0) and cell is not False:
+        return False
+    raise ValueError(f"{path}, line {row.line}: column {column!r} holds {quoted(value)}; expected 1 or 0")
 
 
 def _check_separator(separator):
