@@ -224,8 +224,11 @@ def test_progress_lines_where_stderr_is_no_terminal(files, tmp_path, capsys, mon
 
 
 def kbert_process(argv, **kwargs):
+    """`kbert ARGV` as a process with SIGINT at its default, as a command typed in a shell
+    (one started in the background of a script, as CI may run the suite, inherits it ignored)."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": REPO}
-    return subprocess.Popen([sys.executable, "-m", "kbert.cli", *argv], env=env, text=True, **kwargs)
+    return subprocess.Popen([sys.executable, "-m", "kbert.cli", *argv], env=env, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kwargs)
 
 
 def test_ctrl_c_keeps_the_lines_printed_and_no_half_written_file(files, tmp_path):
@@ -236,7 +239,10 @@ def test_ctrl_c_keeps_the_lines_printed_and_no_half_written_file(files, tmp_path
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     first = stopped.stdout.readline()  # the first chunk's lines come as soon as they are computed
     stopped.send_signal(signal.SIGINT)
-    out, err = stopped.communicate(timeout=300)
+    # Read on through the same buffered file: `communicate` reads the pipe beneath it
+    # and would miss what `readline` has buffered beyond the first line.
+    out, err = stopped.stdout.read(), stopped.stderr.read()
+    stopped.wait(timeout=300)
     assert stopped.returncode == 130, err[-2000:]
     printed = [json.loads(line) for line in (first + out).splitlines()]  # whole lines, every one
     counted = int(re.fullmatch(r"kbert: interrupted; the predictions of the first (\d+) examples were printed, "

@@ -234,7 +234,9 @@ def test_sigint_to_the_command_keeps_what_it_verified(model_dir, tmp_path):
     argv = [sys.executable, "-m", "kbert.cli", "export", "--model", model_dir, "--out", str(out), "--data", DEV_CSV,
             "--calibration", TRAIN_CSV, "--formats", "tflite",
             "--max-examples", str(EXAMPLES), "--calibration-examples", "8", "--latency-runs", "1"]
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT at its default, as in a shell: a suite run in the background inherits it ignored.
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     for line in process.stderr:
         if line.startswith("tflite/model_dynamic.tflite: converting"):
             process.send_signal(signal.SIGINT)
