@@ -102,7 +102,8 @@ class MultiLabelClassification(TextTask):
         labels_column: str = option("column holding a text's labels", "labels")
         label_separator: str = option("what separates the labels in --labels-column", ";")
         label_columns: str = option(
-            "columns holding 1 or 0, one per label, separated by commas (instead of --labels-column)", None
+            "columns holding 1 or 0, one per label, separated by commas (default: none; the labels are in "
+            "--labels-column)", None
         )
         truncate: str = option(
             "how a text longer than --seq-len pieces is cut: head_tail keeps its first and last "
