@@ -1,5 +1,6 @@
 """Tiny model folders and task instances for any task, as the tests of each task need them."""
 
+import csv
 import functools
 import importlib.util
 import os
@@ -78,3 +79,16 @@ TINY_TEXTS = (
     "Puzzle game with falling blocks.",
     "Network monitoring daemon for routers.",
 )
+
+
+def write_two_label_rows(folder, count=16):
+    """`folder/data.csv`: the first `count` shipped Debian dev rows labelled games or
+    mail (`text,label`); returns those rows."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "data", "debian-packages", "dev.csv"),
+              newline="", encoding="utf-8") as f:
+        rows = [row for row in csv.DictReader(f) if row["label"] in ("games", "mail")][:count]
+    with open(os.path.join(folder, "data.csv"), "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "label"])
+        writer.writerows((row["text"], row["label"]) for row in rows)
+    return rows

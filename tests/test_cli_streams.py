@@ -1,6 +1,5 @@
 """Every command's standard output is JSON lines only; progress and Keras's lines go to stderr."""
 
-import csv
 import json
 import os
 
@@ -9,8 +8,8 @@ import pytest
 
 from kbert.checkpoints import resolve_checkpoint
 from kbert.cli import main
+from tests.task_harness import write_two_label_rows
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "data", "debian-packages")
 
 
 def json_lines(capsys):
@@ -24,12 +23,7 @@ def json_lines(capsys):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     folder = tmp_path_factory.mktemp("streams")
-    with open(os.path.join(DATA, "dev.csv"), newline="", encoding="utf-8") as f:
-        rows = [row for row in csv.DictReader(f) if row["label"] in ("games", "mail")][:16]
-    with open(folder / "data.csv", "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["text", "label"])
-        writer.writerows((row["text"], row["label"]) for row in rows)
+    rows = write_two_label_rows(folder)
     (folder / "texts.txt").write_text("A chess game.\nAn IMAP server.\n")
     (folder / "corpus.txt").write_text("".join(f"{row['text']}\n\n" for row in rows))
     return folder

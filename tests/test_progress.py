@@ -1,6 +1,5 @@
 """Training says how far it is on stderr, one line at a time where stderr is a file, and stdout stays JSON."""
 
-import csv
 import json
 import os
 import re
@@ -12,8 +11,8 @@ import kbert.logs
 from kbert.checkpoints import resolve_checkpoint
 from kbert.cli import main
 from kbert.logs import Progress, Waiting, quiet
+from tests.task_harness import write_two_label_rows
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "data", "debian-packages")
 # A time as `kbert.logs.duration` writes it.
 TIME = r"(?:\d+ s|\d+ min \d\d s|\d+ h \d\d min)"
 
@@ -22,12 +21,7 @@ TIME = r"(?:\d+ s|\d+ min \d\d s|\d+ h \d\d min)"
 def data(tmp_path_factory):
     """16 Debian texts of two labels, and MiniLM's vocabulary for a bert_tiny from scratch."""
     folder = tmp_path_factory.mktemp("progress")
-    with open(os.path.join(DATA, "dev.csv"), newline="", encoding="utf-8") as f:
-        rows = [row for row in csv.DictReader(f) if row["label"] in ("games", "mail")][:16]
-    with open(folder / "data.csv", "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["text", "label"])
-        writer.writerows((row["text"], row["label"]) for row in rows)
+    write_two_label_rows(folder)
     return str(folder / "data.csv"), os.path.join(resolve_checkpoint("all-minilm-l6-v2"), "vocab.txt")
 
 
