@@ -306,11 +306,11 @@ def _label_columns(names, text_column):
 
 def _flag(row, column, path):
     """Whether `row`'s cell in the label column `column` says 1 (the text has the label)."""
-    value = row[column]
+    value = row[column]  # a string, or a JSON Lines number (`read_table` refuses booleans)
     cell = value.strip() if isinstance(value, str) else value
-    if cell in ("1", 1) and cell is not True:
+    if cell in ("1", 1):
         return True
-    if cell in ("0", 0) and cell is not False:
+    if cell in ("0", 0):
         return False
     raise ValueError(f"{path}, line {row.line}: column {column!r} holds {quoted(value)}; expected 1 or 0")
 
