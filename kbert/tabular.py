@@ -4,10 +4,11 @@ One reader for every command, which decides by the extension (`TABLES`):
 CSV, TSV (`.tsv`) or JSON Lines (`.jsonl`, one object a line, its keys the
 columns). Python's `csv` module, left to its defaults, reads an unclosed
 quote as one field running to the end of the file, so rows merge silently
-and a phantom label appears. Here a file is decoded as UTF-8 as a whole
-first (an invalid byte names its line), then parsed with `strict=True`, and
-each record must have exactly the header's number of fields. `quoted` keeps
-the user's data a message quotes short.
+and a phantom label appears. Here a file is decoded as UTF-8 a line at a
+time (an invalid byte names its line; memory holds one line, not the
+file), parsed with `strict=True`, and each record must have exactly the
+header's number of fields. `quoted` keeps the user's data a message quotes
+short.
 
 Example:
 >>> rows = read_table("data/debian-packages/dev.csv", ["text", "label"])  # doctest: +SKIP
@@ -15,10 +16,12 @@ Example:
 (2, 'games')
 """
 
+import contextlib
 import csv
 import io
 import json
 import os
+import re
 import sys
 
 from kbert.fileio import decode_utf8
@@ -87,15 +90,19 @@ def read_table(path, required, optional=(), nonempty=None):
             fields, a line that is not a JSON object), an empty value or a
             file with no records.
     """
+    return list(iter_table(path, required, optional, nonempty))
+
+
+def iter_table(path, required, optional=(), nonempty=None):
+    """`read_table`'s rows, read from the file as they are used: memory holds
+    one record of the file at a time (its errors come as the reader reaches them)."""
     records = _json_lines if is_json_lines(path) else _delimited
     nonempty = list(required if nonempty is None else nonempty)
-    rows = []
-    for line, fields in records(path, read_text(path), list(required)):
+    for line, fields in records(path, text_lines(path), list(required)):
         row = Row({column: fields[column] for column in [*required, *optional] if column in fields}, line)
         for column in nonempty:
             check_text(row[column], f"{path}, line {line}", repr(column))
-        rows.append(row)
-    return rows
+        yield row
 
 
 def read_column(path, column=None):
@@ -117,13 +124,14 @@ def is_json_lines(path):
     return os.path.splitext(path)[1].lower() == ".jsonl"
 
 
-def _delimited(path, text, required):
-    """`(line, {column: value})` of each record of a CSV or TSV `text` with a header row."""
+def _delimited(path, lines, required):
+    """`(line, {column: value})` of each record of a CSV or TSV file with a header
+    row, from `lines`, its lines with their endings (`text_lines`)."""
     delimiter = DELIMITERS.get(os.path.splitext(path)[1].lower(), ",")
     # A field may be as long as the file: the limit guards against a quote
     # left open, which strict parsing names instead.
-    csv.field_size_limit(max(csv.field_size_limit(), len(text)))
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+    csv.field_size_limit(max(csv.field_size_limit(), _size(path)))
+    reader = csv.reader(lines, delimiter=delimiter, strict=True)
     try:
         header = next(reader, None)
     except csv.Error as error:
@@ -167,11 +175,11 @@ def _next_record(reader, path, start):
         raise ValueError(f"{path}, line {start}: malformed record ({error})") from None
 
 
-def _json_lines(path, text, required):
+def _json_lines(path, lines, required):
     """`(line, {column: value})` of each JSON Lines record: one object a line (blank lines
     skipped), a value a string or a number (read as its JSON text, as a CSV holds it)."""
     count = 0
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
@@ -203,6 +211,38 @@ def read_text(path):
     """The whole of a UTF-8 text file ("-": standard input); `ValueError` naming the file and line otherwise."""
     text = decode_utf8(read_bytes(path), path, "a UTF-8 text file")
     return text[1:] if text.startswith("\ufeff") else text
+
+
+def text_lines(path):
+    """The lines of the UTF-8 text file `path` ("-": standard input), each with
+    its ending ("\\n", "\\r\\n" or "\\r"), decoded as they are read; a byte-order
+    mark dropped; `ValueError` naming the file and line of a byte that is not UTF-8."""
+    with _binary_lines(path) as lines:
+        for number, data in enumerate(lines, 1):
+            text = decode_utf8(data, path, "a UTF-8 text file", first_line=number)
+            if number == 1 and text.startswith("\ufeff"):
+                text = text[1:]
+            yield from _LONE_CR.split(text) if "\r" in text[:-2] else (text,)
+
+
+# A carriage return that ends a line on its own (old Mac files), as Python's
+# universal newlines read it: the binary file's lines end at "\n" only.
+_LONE_CR = re.compile(r"(?<=\r)(?!\n)(?=.)", re.DOTALL)
+
+
+def _binary_lines(path):
+    """A context of the lines of `path` as bytes: read from the file as they are
+    used, or from a stream's bytes, read once (`read_bytes`)."""
+    if path != "-" and os.path.isfile(path):
+        return open(path, "rb")
+    return contextlib.nullcontext(io.BytesIO(read_bytes(path)))
+
+
+def _size(path):
+    """The size of the file `path` in bytes, or of a stream's bytes (`read_bytes`)."""
+    if path != "-" and os.path.isfile(path):
+        return os.path.getsize(path)
+    return len(read_bytes(path))
 
 
 def read_bytes(path):

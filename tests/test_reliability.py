@@ -18,7 +18,7 @@ import pytest
 
 from kbert import fileio
 from kbert.cli import main
-from kbert.tabular import read_table
+from kbert.tabular import iter_table, read_table
 from tests.task_harness import minilm_vocabulary, write_task_folder
 from tests.test_export_units import TINY
 
@@ -99,6 +99,30 @@ def test_tsv_quotes_bom_and_blank_lines(tmp_path):
     ]
     assert [r.line for r in rows] == [2, 4]
 
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n", "\r"])
+def test_every_line_ending_reads_alike(tmp_path, ending):
+    path = tmp_path / "endings.csv"
+    lines = ["text,label", '"two\nlines",games', "an editor,editors", "héllo,net"]
+    path.write_bytes((ending.join(lines) + ending).encode("utf-8"))
+    rows = read_table(str(path), ["text", "label"])
+    assert [dict(r) for r in rows] == [
+        {"text": "two\nlines", "label": "games"},
+        {"text": "an editor", "label": "editors"},
+        {"text": "héllo", "label": "net"},
+    ]
+    assert [r.line for r in rows] == [2, 4, 5]
+
+
+def test_a_table_is_read_as_it_is_used(tmp_path):
+    """`iter_table` gives the rows before a bad one (a file of millions is never held whole)."""
+    path = tmp_path / "long.csv"
+    path.write_bytes(b"text,label\na game,games\nan editor,editors\n\xff,net\n")
+    rows = iter_table(str(path), ["text", "label"])
+    assert [next(rows)["label"], next(rows)["label"]] == ["games", "editors"]
+    with pytest.raises(ValueError, match=r"long.csv, line 4: byte 0xff is not UTF-8"):
+        next(rows)
 
 def test_cli_malformed_csv_writes_nothing(tmp_path, small_csvs, vocab_file, capsys):
     bad = tmp_path / "bad.csv"

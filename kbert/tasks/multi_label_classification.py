@@ -23,7 +23,7 @@ import numpy as np
 
 from kbert.logs import to_stderr
 from kbert.recipes import Recipe
-from kbert.tabular import quoted, read_table
+from kbert.tabular import iter_table, quoted
 from kbert.tasks.base import METRIC_BUDGETS
 from kbert.tasks.classification import check_labels
 from kbert.tasks.objectives import Classes, logistic_regression
@@ -149,7 +149,7 @@ class MultiLabelClassification(TextTask):
         _check_separator(separator)
         flags = _label_columns(options["label_columns"], text)
         columns = [text] + ((flags or [column]) if targets else [])
-        rows = read_table(path, columns, nonempty=[text])
+        rows = iter_table(path, columns, nonempty=[text])
         if not targets:
             return [TextExample(texts=(row[text],), target=None, line=row.line) for row in rows]
         if flags:

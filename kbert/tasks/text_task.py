@@ -6,7 +6,7 @@ import numbers
 import numpy as np
 
 from kbert.config import ENCODER_INPUTS
-from kbert.tabular import check_text, check_texts, read_table
+from kbert.tabular import check_text, check_texts, iter_table
 from kbert.tasks.base import ENCODE_CHUNK, Task
 from kbert.tasks.records import Encoded, TextExample
 
@@ -33,7 +33,7 @@ class TextTask(Task):
         options = cls.resolve_options(options)
         columns = [options[name] for name in cls.text_options]
         target = options[cls.target_option]
-        rows = read_table(path, columns + ([target] if targets else []))
+        rows = iter_table(path, columns + ([target] if targets else []))
         return [
             TextExample(
                 texts=tuple(row[column] for column in columns),
