@@ -133,6 +133,26 @@ def _weight_map(encoder, num_layers):
     return pairs
 
 
+def encoder_tensors(encoder, config, prefix="", pooler=True):
+    """The encoder's weights as Hugging Face names them: name -> float32 numpy array.
+
+    Args:
+        encoder: the kbert encoder (`bert_encoder`, or a task model's "bert_encoder" layer).
+        config: its `BertConfig`.
+        prefix: str. Put before every name ("bert." in a task model's file).
+        pooler: bool. Include `pooler.dense`; transformers' token-classification,
+            question-answering and masked-LM classes have no pooler, and would
+            name its tensors unexpected.
+    """
+    tensors = {}
+    for hf_name, variable, transpose in _weight_map(encoder, config.num_layers):
+        if not pooler and hf_name.startswith("pooler."):
+            continue
+        value = np.asarray(variable.numpy(), dtype="float32")
+        tensors[prefix + hf_name] = np.ascontiguousarray(value.T if transpose else value)
+    return tensors
+
+
 def _heads_weight_map(pretrainer):
     """(HF tensor name, Keras variable, transpose) for the pretraining heads:
     `BertForPreTraining`'s `cls.predictions` (the masked LM, whose projection is

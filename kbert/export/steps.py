@@ -8,6 +8,7 @@ into the work folder and runs it next to the Keras model (`kbert.export.verify`)
 | `tflite` | `tflite/model_<quantization>.tflite` | the converter's SavedModel (`kbert.export.tflite`) |
 | `tflite_text` | `tflite/model_text.tflite` | a SavedModel with tf-text's tokenizer inside |
 | `mediapipe` | `mediapipe/` | the model (`kbert.export.on_device`) |
+| `huggingface` | `huggingface/` | the model's weights (`kbert.export.huggingface`) |
 
 Each returns `(entries, extra)`: the judged report entries, and what else the
 report needs. `Sources` makes what several steps convert from, once, when a
@@ -265,6 +266,21 @@ def mediapipe_step(reference, sources, cache_dir):
         entry["path"] = os.path.relpath(entry["path"], reference.staging)
         entries.append(reference.judge(entry))
     return entries, {}
+
+
+def huggingface_step(reference, sources, threads):
+    """The transformers folder (`kbert.export.huggingface`), run by transformers on
+    PyTorch in a process of its own, on the rows the Keras model ran."""
+    from kbert.export import huggingface
+
+    path = os.path.join(reference.staging, huggingface.FOLDER)
+    with progress(sources.log, "huggingface: writing the transformers folder"):
+        head = huggingface.write_huggingface(sources.folder, path)
+    with progress(sources.log, f"huggingface: running it with transformers' {head.architecture} on PyTorch"):
+        ran = huggingface.run_transformers(sources.folder, path, head, reference, threads)
+    entry = reference.artefact(path, "huggingface", "none", "tokens", ran.outputs, {**ran.latency, "threads": threads},
+                               architecture=head.architecture, **ran.extra)
+    return [huggingface.judge(entry, reference)], {}
 
 
 # === Running and timing ===

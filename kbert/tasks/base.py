@@ -71,6 +71,21 @@ class Task(TaskSettings):
     # What `kbert finetune` trains with unless flags say otherwise
     # (`kbert.recipes.Recipe`): each trainable task names its own.
     recipe = None
+    # The task in Hugging Face's terms: its Hub pipeline tag (model cards);
+    # the transformers `pipeline` that runs its exported folder (None: none);
+    # the transformers class whose fine-tuned folders kbert reads as this task
+    # (`kbert.checkpoints.hf_tasks`; None: none), and the `problem_type`s such
+    # a folder may state (empty: any).
+    hub_pipeline_tag = None
+    hf_pipeline = None
+    hf_architecture = None
+    hf_problem_types = ()
+
+    @classmethod
+    def settings_from_hf_labels(cls, labels, where):
+        """The task's settings from a transformers folder's `id2label` names
+        (`where`: the folder, for errors): its labels."""
+        return {"labels": labels}
 
     def __init__(self, tokenizer, sequence_length, **values):
         from kbert.text import BertPreprocessor

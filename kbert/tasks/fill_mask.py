@@ -38,6 +38,8 @@ class FillMask(TextTask):
     """Texts with `[MASK]`s -> the likeliest words for each, from a checkpoint's masked LM."""
 
     name = "fill-mask"
+    hub_pipeline_tag = "fill-mask"
+    hf_pipeline = "fill-mask"
     description = (
         "the likeliest words for each [MASK] of a text (no training: --model takes a checkpoint "
         "with its masked-LM head); evaluated on CSV/TSV with text and answers"

@@ -93,6 +93,10 @@ class MultiLabels(Classes):
 
 class MultiLabelClassification(TextTask):
     name = "multi-label-classification"
+    hub_pipeline_tag = "text-classification"
+    hf_pipeline = "text-classification"
+    hf_architecture = "BertForSequenceClassification"
+    hf_problem_types = ("multi_label_classification",)
     description = "one text -> any of N labels; CSV/TSV with text and labels (;-separated) columns"
 
     @dataclasses.dataclass(frozen=True)

@@ -65,6 +65,9 @@ class QuestionAnswering(Task):
     """Extractive question answering, SQuAD v1.1 and v2.0 (run_squad.py's flags)."""
 
     name = "question-answering"
+    hub_pipeline_tag = "question-answering"
+    hf_pipeline = "question-answering"
+    hf_architecture = "BertForQuestionAnswering"
     description = "question + context -> the answer's span; SQuAD v1.1/v2.0 JSON"
 
     @dataclasses.dataclass(frozen=True)
@@ -86,6 +89,10 @@ class QuestionAnswering(Task):
     metric_scale = 1.0  # the official scripts' figures are percentages already
     budgets = F1_BUDGETS
     summary_keys = SUMMARY
+
+    @classmethod
+    def settings_from_hf_labels(cls, labels, where):
+        return {}
 
     def configure(self):
         if not isinstance(self.version_2_with_negative, bool):

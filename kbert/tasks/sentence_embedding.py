@@ -69,6 +69,7 @@ class SentenceEmbedding(TextTask):
     """Texts -> float32 vectors; pairs scored by cosine similarity."""
 
     name = "sentence-embedding"
+    hub_pipeline_tag = "sentence-similarity"
     description = (
         "a text -> one vector (no training: --model takes a checkpoint); "
         "evaluated on CSV/TSV pairs with sentence1, sentence2, score"

@@ -34,6 +34,10 @@ RECIPE = Recipe(epochs=2, learning_rate=1e-4, batch_size=32, sequence_length=128
 
 class TextClassification(ClassificationTask):
     name = "text-classification"
+    hub_pipeline_tag = "text-classification"
+    hf_pipeline = "text-classification"
+    hf_architecture = "BertForSequenceClassification"
+    hf_problem_types = ("single_label_classification", None)
     description = "one text -> one of N labels; CSV/TSV with text and label columns"
 
     @dataclasses.dataclass(frozen=True)

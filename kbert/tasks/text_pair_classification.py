@@ -50,6 +50,10 @@ class PairColumns(TaskConfig):
 
 class TextPairClassification(ClassificationTask):
     name = "text-pair-classification"
+    hub_pipeline_tag = "text-classification"
+    hf_pipeline = "text-classification"
+    hf_architecture = "BertForSequenceClassification"
+    hf_problem_types = ("single_label_classification", None)
     description = "two texts -> one of N labels; CSV/TSV with sentence1, sentence2 and label"
 
     @dataclasses.dataclass(frozen=True)

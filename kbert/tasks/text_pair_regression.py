@@ -132,6 +132,10 @@ class PairScore(Score):
 
 class TextPairRegression(TextTask):
     name = "text-pair-regression"
+    hub_pipeline_tag = "sentence-similarity"
+    hf_pipeline = "text-classification"
+    hf_architecture = "BertForSequenceClassification"
+    hf_problem_types = ("regression", None)
     description = "two texts -> a score; CSV/TSV with sentence1, sentence2 and score"
 
     @dataclasses.dataclass(frozen=True)
@@ -154,6 +158,13 @@ class TextPairRegression(TextTask):
     objective = PairScore()
     metric = "spearman"
     budgets = METRIC_BUDGETS
+
+    @classmethod
+    def settings_from_hf_labels(cls, labels, where):
+        """A transformers regressor (one output) is the cross-encoder head."""
+        if len(labels) != 1:
+            raise ValueError(f"--task {cls.name}: {where} has {len(labels)} outputs; a regressor has 1")
+        return {"head": "cross"}
 
     @classmethod
     def parse_target(cls, value, path, line):

@@ -94,6 +94,9 @@ class TokenClassification(Task):
     """Words -> one tag each, from each word's first WordPiece."""
 
     name = "token-classification"
+    hub_pipeline_tag = "token-classification"
+    hf_pipeline = "token-classification"
+    hf_architecture = "BertForTokenClassification"
     description = (
         "words -> a tag each (named entities); CoNLL files or JSON Lines of tokens and tags"
     )
@@ -120,6 +123,10 @@ class TokenClassification(Task):
     metric_scale = 100
     budgets = F1_BUDGETS
     summary_keys = ("f1", "precision", "recall", "accuracy", "n")
+
+    @classmethod
+    def settings_from_hf_labels(cls, labels, where):
+        return {"tags": labels}
 
     def configure(self):
         tags = self.tags

@@ -33,6 +33,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(REPO, "data", "debian-packages", "train.csv")
 IMPLS = ("kbert", "transformers", "onnxruntime")
+# Each impl's name in docs/results.json's keys.
+RESULT_NAMES = {"kbert": "kbert", "transformers": "transformers", "onnxruntime": "onnxruntime-int8"}
 # Texts of the short run whose time, subtracted, leaves out each impl's start-up.
 SMALL = 64
 # A peer agrees with kbert when its scores of texts kbert does not cut are
@@ -52,6 +54,9 @@ def parse_args(argv=None):
     parser.add_argument("--batch-size", type=int, default=64, help="texts a model call (kbert's default)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--impls", default=",".join(IMPLS))
+    parser.add_argument("--record", metavar="MACHINE",
+                        help="also write each texts/s to docs/results.json (predict.debian.IMPL.texts_per_second), "
+                             "naming this machine of docs/benchmarks.md (A, B, C)")
     # A peer's own process (never TensorFlow beside PyTorch), and the conversion to Hugging Face.
     parser.add_argument("--run", choices=IMPLS[1:], help=argparse.SUPPRESS)
     parser.add_argument("--convert", action="store_true", help=argparse.SUPPRESS)
@@ -97,6 +102,13 @@ def main(argv=None):
         "figures": figures, "agreement_with_kbert": agreement,
         "kbert_over_fastest": round(figures["kbert"]["texts_per_second"] / fastest, 3) if "kbert" in figures else None,
     }, indent=2))
+    if args.record:
+        from results import record  # tools/benchmarks/results.py, beside this script
+
+        command = "python tools/benchmarks/benchmark_predict.py " + " ".join(argv or sys.argv[1:])
+        for impl, figure in figures.items():
+            record(f"predict.debian.{RESULT_NAMES[impl]}.texts_per_second", figure["texts_per_second"], command,
+                   args.record, note=f"{args.texts:,} texts, batch {args.batch_size}, {args.threads} threads")
 
 
 def write_texts(work, count):
@@ -176,30 +188,14 @@ def log(line):
 
 
 def convert(model, out):
-    """Writes `out`: the encoder (`save_hf_checkpoint`) under `bert.`, the head's Dense as `classifier`,
-    and the label names; and `uncut.json` beside it: which benchmark texts kbert reads whole."""
-    import numpy as np
-    from safetensors.numpy import load_file, save_file
-
-    from kbert.checkpoints import save_hf_checkpoint
+    """Writes `out`: the model folder as transformers' `BertForSequenceClassification`
+    (`kbert.export.huggingface.write_huggingface`, what `kbert export --formats huggingface`
+    writes); and `uncut.json` beside it: which benchmark texts kbert reads whole."""
+    from kbert.export.huggingface import write_huggingface
     from kbert.modelfolder import ModelFolder
 
     folder = ModelFolder.load(model)
-    staging = out + ".encoder"
-    save_hf_checkpoint(folder.encoder_layer, folder.config, folder.vocabulary, staging, lowercase=folder.lowercase)
-    tensors = {f"bert.{name}": value for name, value in load_file(os.path.join(staging, "model.safetensors")).items()}
-    dense = folder.model.get_layer("head").dense
-    tensors["classifier.weight"] = np.ascontiguousarray(np.asarray(dense.kernel.numpy(), np.float32).T)
-    tensors["classifier.bias"] = np.asarray(dense.bias.numpy(), np.float32)
-    save_file(tensors, os.path.join(staging, "model.safetensors"), metadata={"format": "pt"})
-    with open(os.path.join(staging, "config.json")) as f:
-        config = json.load(f)
-    labels = folder.task.labels
-    config.update(architectures=["BertForSequenceClassification"], id2label=dict(enumerate(labels)),
-                  label2id={label: i for i, label in enumerate(labels)})
-    with open(os.path.join(staging, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-    os.rename(staging, out)
+    write_huggingface(folder, out)
     write_uncut(folder, os.path.dirname(os.path.abspath(out)))
 
 
