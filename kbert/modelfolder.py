@@ -6,6 +6,8 @@
 | `vocab.txt` | the WordPiece vocabulary |
 | `kbert.json` | `task`, `task_settings` (the task's config: label names, data columns, options), `bert_config`, `sequence_length`, `lowercase`, `vocabulary_size` (the lines of `vocab.txt`), how it was trained |
 | `metrics.json` | dev figures and the training curve |
+| `README.md` | the model card (`kbert.modelcard`) |
+| `training.png` | the training loss and dev figures, where it was trained with `fit_epochs` (`kbert.plots`) |
 | `.kbert-manifest.json` | the files kbert wrote: what `--overwrite` may replace (`kbert.fileio`) |
 
 Folders written before tasks existed have no `task` in `kbert.json` and keep
@@ -108,6 +110,16 @@ def write_model_folder(out, model, vocabulary, task, settings, metrics, overwrit
         for name, value in ((SETTINGS_FILE, content), (METRICS_FILE, metrics)):
             with open(os.path.join(staging, name), "w", encoding="utf-8") as f:
                 json.dump(value, f, indent=2, ensure_ascii=False, allow_nan=False)
+        _describe(staging, os.path.basename(os.path.normpath(out)), task, content, metrics)
+
+
+def _describe(folder, name, task, content, metrics):
+    """The model card (`README.md`) and the training picture (`training.png`,
+    where `metrics` hold a training curve) of the model folder being written."""
+    from kbert import modelcard, plots
+
+    plot = plots.training_plot(metrics, os.path.join(folder, plots.TRAINING_PLOT), name)
+    modelcard.write_model_card(folder, task, content, metrics, name=name, plot=plot and plots.TRAINING_PLOT)
 
 
 @contextlib.contextmanager
@@ -326,13 +338,19 @@ class ModelFolder:
         figures need together, are kept. `on_chunk(n)`: called as each chunk
         of `n` examples is done (progress).
         """
+        return self.evaluated(examples, source, batch_size, on_chunk)[0]
+
+    def evaluated(self, examples, source="data", batch_size=BATCH_SIZE, on_chunk=None):
+        """`(figures, predictions)`: `evaluate`'s figures and the predictions they
+        come from (for pictures of them, `kbert.plots.evaluation_plots`)."""
         self.task.check(examples, source)
         predictions = []
         for chunk, chunk_predictions in self.predict_chunks(examples, batch_size):
             predictions.append(chunk_predictions)
             if on_chunk is not None:
                 on_chunk(len(chunk))
-        return self.task.evaluate(examples, inference.joined(predictions))
+        predictions = inference.joined(predictions)
+        return self.task.evaluate(examples, predictions), predictions
 
     def embed(self, texts, batch_size=BATCH_SIZE):
         """float32 `(len(texts), dimension)`: the task's vector of each text (`Task.embeddings`)."""
@@ -449,7 +467,9 @@ def open_model(model, task=None, options=None, sequence_length=None):
         model: str. A kbert model folder, or a pretrained checkpoint.
         task: str or None. None, or the folder's own task: the model folder as
             trained. Another task, which must need no training: that task on
-            `model`'s encoder (`ModelFolder.from_pretrained`).
+            `model`'s encoder (`ModelFolder.from_pretrained`). A task of a
+            fine-tuned transformers folder (`kbert.checkpoints.hf_tasks`): that
+            folder with its head.
         options: dict. Option name -> value given (or None).
         sequence_length: int or None. Packed length; default: the model's own.
 
@@ -457,6 +477,11 @@ def open_model(model, task=None, options=None, sequence_length=None):
         ValueError: one line naming `model` and what is wrong.
     """
     check_model_name(model, task)
+    if task is not None and get_task(task).trainable and not is_model_folder(model):
+        from kbert.checkpoints.hf_tasks import load_hf_task_folder, task_class_of
+
+        if task_class_of(model):  # a fine-tuned transformers task folder, its head kept
+            return load_hf_task_folder(model, task, options, sequence_length)
     if task is not None and not (is_model_folder(model) and _stored_task(model) == task):
         return ModelFolder.from_pretrained(model, task, options, sequence_length)
     try:

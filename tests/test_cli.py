@@ -75,7 +75,8 @@ def trained(workdir, vocab):
 
 def test_finetune_writes_model_folder(trained):
     files = sorted(os.listdir(trained["model"]))
-    assert files == [".kbert-manifest.json", "kbert.json", "metrics.json", "model.keras", "vocab.txt"]
+    assert files == [".kbert-manifest.json", "README.md", "kbert.json", "metrics.json", "model.keras", "training.png",
+                     "vocab.txt"]
     with open(os.path.join(trained["model"], "metrics.json")) as f:
         metrics = json.load(f)
     assert set(metrics["per_class_f1"]) == set(LABELS) and metrics["n"] == 18

@@ -75,7 +75,8 @@ BERT for Keras 3, from raw text to served models.
 
   train:     finetune (a task on a pretrained checkpoint), distill (into a smaller student)
   use:       evaluate, predict, embed, search
-  serve:     export (TF Serving, TFLite, ONNX, MediaPipe; each verified)
+  serve:     export (TF Serving, TFLite, ONNX, MediaPipe; each verified),
+             serve-web (an export's MediaPipe model in the browser)
   pretrain:  tokenize, vocab, pretraining-data, pretrain
 """
 
@@ -86,6 +87,7 @@ def build_parser():
     from kbert.cli.training import add_training_commands
     from kbert.cli.use import add_use_commands
     from kbert.cli.export import add_export_parser
+    from kbert.cli.web import add_serve_web_parser
     from kbert.tasks import EMBEDDING_TASK, TASKS
 
     parser = _Parser(
@@ -103,6 +105,7 @@ def build_parser():
     add_training_commands(sub, trainable)
     add_use_commands(sub, list(TASKS.values()), [TASKS[EMBEDDING_TASK]])
     add_export_parser(sub)
+    add_serve_web_parser(sub)
     add_pretraining_commands(sub)
     return parser
 

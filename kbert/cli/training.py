@@ -42,7 +42,21 @@ def check_finetune(args):
         check_probe(task, args.probe_head)
     inputs = {"--train": args.train, "--dev": args.dev, "--init": args.init, "--vocab": args.vocab}
     check_model_out(args.out, args.overwrite, inputs)
+    if args.tensorboard:
+        _check_tensorboard(args.tensorboard, {"--out": args.out, **inputs})
     task.read_training(args.train, args.dev, _finetune_options(args))
+
+
+def _check_tensorboard(folder, inputs):
+    """Refuses a `--tensorboard` folder that is a file, or one of the command's inputs or
+    its output (TensorBoard adds event files to a folder; it replaces nothing)."""
+    import os
+
+    from kbert.fileio import check_distinct
+
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        raise ValueError(f"--tensorboard {folder}: a file of that name exists; expected a folder")
+    check_distinct({"--tensorboard": folder}, inputs)
 
 
 def _finetune_options(args):
@@ -79,10 +93,20 @@ def cmd_finetune(args):
         strategy=args.strategy,
         overwrite=args.overwrite,
         deterministic=args.deterministic,
+        callbacks=_tensorboard(args.tensorboard),
     )
     summary = {**task.summary(metrics), "train_seconds": metrics["train_seconds"]}
     adaptation = {"adaptation": metrics["adaptation"]} if "adaptation" in metrics else {}
     print_json({"model": args.out, "task": args.task, "dev": summary, **adaptation})
+
+
+def _tensorboard(folder):
+    """Keras's TensorBoard callback logging to `folder` (`--tensorboard`), or none."""
+    if not folder:
+        return []
+    import keras
+
+    return [keras.callbacks.TensorBoard(log_dir=folder)]
 
 
 def check_distill(args):
@@ -258,6 +282,11 @@ def _add_finetune(sub, tasks):
         "--attention-dropout", type=dropout_rate, default=None, metavar="RATE",
         help="dropout on the attention probabilities while fine-tuning, in [0, 1); "
         "default: the checkpoint's (0.1)",
+    )
+    run.add_argument(
+        "--tensorboard", metavar="DIR",
+        help="also write Keras's TensorBoard logs (loss and metrics per epoch) to DIR; "
+        "the model folder has training.png either way; default: none",
     )
     run.add_argument(
         "--strategy", default="auto",

@@ -22,8 +22,8 @@ from kbert.cliargs import (
     task_options,
 )
 from kbert.cliio import CliError, check_output_file, flush_json, is_npy, json_line, print_json, read_texts
-from kbert.fileio import written_aside
-from kbert.logs import Progress
+from kbert.fileio import check_distinct, written_aside
+from kbert.logs import Progress, to_stderr
 from kbert.tabular import TABLES, check_texts, is_table
 from kbert.tasks.inference import CHUNK_EXAMPLES
 
@@ -40,13 +40,28 @@ def _load_model_folder(args):
 def check_evaluate(args):
     check_model(args)
     check_model_data(args, args.data)
+    if args.plots:
+        from kbert.plots import check_plots_folder
+
+        check_distinct({"--plots": args.plots}, {"--model": args.model, "--data": args.data})
+        check_plots_folder(args.plots)
 
 
 def cmd_evaluate(args):
     folder, options = _load_model_folder(args)
     examples = folder.task.read(args.data, options)
     with Progress("evaluate", len(examples), "examples") as bar:
-        metrics = folder.evaluate(examples, source=args.data, batch_size=args.batch_size, on_chunk=bar.update)
+        metrics, predictions = folder.evaluated(
+            examples, source=args.data, batch_size=args.batch_size, on_chunk=bar.update
+        )
+    if args.plots:
+        from kbert.plots import evaluation_plots
+
+        drawn = evaluation_plots(folder.task, examples, predictions, metrics, args.plots)
+        for path in drawn:
+            to_stderr(f"kbert: drew {path}")
+        if not drawn:
+            to_stderr(f"kbert: task {folder.task.name!r} has no picture of its figures; --plots drew none")
     print_json(metrics)
 
 
@@ -231,7 +246,7 @@ def add_use_commands(sub, tasks, embedding_tasks):
         sub, "evaluate", "the task's metrics of a model on a labelled file, as JSON",
         (
             f"kbert evaluate --model runs/debian-minilm --data {DEBIAN}/dev.csv",
-            f"kbert evaluate --model runs/debian-minilm --data {DEBIAN}/dev.csv --truncate longest_first",
+            f"kbert evaluate --model runs/debian-minilm --data {DEBIAN}/dev.csv --plots plots/debian",
             "kbert evaluate --model all-minilm-l6-v2 --task sentence-embedding --data sts-dev.tsv",
         ),
         usage="kbert evaluate --model MODEL --data FILE [options]",
@@ -239,6 +254,12 @@ def add_use_commands(sub, tasks, embedding_tasks):
     add_model_arguments(p)
     p.add_argument("--data", required=True, help="labelled data in the task's format")
     p.add_argument("--batch-size", type=positive_int, default=64, help="texts per inference batch")
+    p.add_argument(
+        "--plots", metavar="DIR",
+        help="also draw the figures as PNG files in DIR: a confusion matrix (classifiers), each label's "
+        "or entity type's precision, recall and F1 (multi-label, named entities), or predicted against "
+        "gold scores (pair regression, embeddings); default: none",
+    )
     add_task_options(p, tasks, stored=True)
     p.set_defaults(run=cmd_evaluate, check=check_evaluate, reads=("data",))
 

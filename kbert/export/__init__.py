@@ -16,7 +16,8 @@ Modules: `graph` (the converter-friendly forward pass), `savedmodel`,
 `tflite`, `onnx`, `on_device` (a task's on-device files: `mediapipe`,
 `token_classifier`, `question_answerer`, checked by `mediapipe_contract`,
 with `mediapipe_env` and `mediapipe_worker`: MediaPipe's tools in their own
-environment), `verify` (latency, report), `exporter` (the whole run), `steps` (each artefact written and verified),
+environment), `web` (a page that runs the MediaPipe text file in a browser),
+`verify` (latency, report), `exporter` (the whole run), `steps` (each artefact written and verified),
 `resume` (the work folder: verified artefacts kept and reused), `options`
 (names and defaults). The `kbert export` command is `kbert.cli.export`;
 TensorFlow is imported on first use of `export_model`, so it builds its

@@ -10,9 +10,12 @@ renamed into place at the end):
 | `tflite/model_text.tflite` | the string-in TFLite model (tf-text custom ops) |
 | `onnx/model.onnx`, `onnx/model_int8.onnx` | fused ONNX, and its dynamic int8 version (`kbert.export.onnx`) |
 | `mediapipe/` | for tasks MediaPipe runs: the `.tflite` with MediaPipe's metadata (`kbert.export.mediapipe`) |
+| `web/` | beside a MediaPipe text classifier or embedder: a page that runs it in a browser (`kbert.export.web`) |
+| `huggingface/` | with `--formats huggingface` only: a transformers folder (`kbert.export.huggingface`) |
 | `vocab.txt` and the task's files (`labels.txt`) | what a client of the token models needs |
 | `rest_example.json`, `rest_example.md` | a TF Serving REST predict request and its response (the .md keeps TF Serving's number formatting) |
-| `report.json`, `report.md` | the verification report (`kbert.export.verify`) |
+| `report.json`, `report.md`, `report.png` | the verification report (`kbert.export.verify`), and its chart of each file's size, latency and metric (`kbert.plots`) |
+| `README.md` | the model card, with each file's size, latency and metric (`kbert.modelcard`) |
 | `.kbert-steps.json` | each verified step's fingerprint and files: what a later run may reuse (`kbert.export.resume`) |
 | `.kbert-manifest.json` | the files kbert wrote: what `--overwrite` may replace (`kbert.fileio`) |
 
@@ -31,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from kbert.export import onnx as onnx_export
-from kbert.export import resume, steps, verify
+from kbert.export import resume, steps, verify, web
 from kbert.export.options import (
     CALIBRATED,
     DEFAULT_CALIBRATION_EXAMPLES,
@@ -39,6 +42,7 @@ from kbert.export.options import (
     DEFAULT_MAX_EXAMPLES,
     DEFAULT_THREADS,
     FORMATS,
+    ON_REQUEST,
     REPORT_FILE,
     SUPPORTED,
     VOCAB_ASSET,
@@ -48,13 +52,14 @@ from kbert.export.options import (
 )
 from kbert.export.serving import serving_for
 from kbert.logs import to_stderr
+from kbert.modelcard import write_export_card
 from kbert.modelfolder import open_model
 from kbert.tasks.base import INFERENCE_BATCH_SIZE as BATCH_SIZE
 from kbert.text import save_vocab
 
 # The order artefacts are made and reported in: the SavedModel first (ONNX
 # converts from it), the on-device files last (their first run installs tools).
-STEP_ORDER = ("savedmodel", "onnx", "tflite", "mediapipe")
+STEP_ORDER = ("savedmodel", "onnx", "tflite", "mediapipe", "huggingface")
 # The TFLite text variant's step, after the token-id files.
 TEXT_VARIANT = "text"
 # Rows of the Keras reference pass between progress updates: a few batches,
@@ -91,7 +96,8 @@ def export_model(
             `overwrite`) an earlier export; anything else is refused.
         data: str. Labelled data in the task's format to verify on (dev set).
         formats: str ("savedmodel,onnx"), sequence of `FORMATS`, or None for
-            every format the task has (`task_formats`).
+            every format the task has (`task_formats`); "huggingface" (a
+            transformers folder, `ON_REQUEST`) only when named.
         quantizations: None or "recommended" (float32, dynamic int8, and
             int8 where the task has a budget for it), "all", or a str or
             sequence of `QUANTIZATIONS`; each format gets those it supports
@@ -135,6 +141,10 @@ def export_model(
     folder = _load_model_folder(model_dir, task, options, sequence_length)
     task = folder.task
     plan = _plan(task, formats, quantizations, log, text_variant)
+    if any(fmt == "huggingface" for fmt, _ in plan):
+        from kbert.export.huggingface import check_exportable
+
+        check_exportable(folder)  # a head transformers cannot compute is refused before any work
     options = folder.use_options(options)
     examples = task.read(data, options)[:max_examples]
     task.check(examples, data)
@@ -156,6 +166,7 @@ def export_model(
         markdown = verify.write_report(
             report, os.path.join(work.path, REPORT_FILE), os.path.join(work.path, "report.md")
         )
+        write_export_card(work.path, folder, report)  # README.md: the model card, with each file's figures
         work.finish()
     except BaseException:
         work.leave()
@@ -175,7 +186,7 @@ def _plan(task, formats, quantizations, log, text_variant=False):
     """
     available = task_formats(task)
     formats = parse_names(formats or available, FORMATS, "format")
-    missing = [f for f in formats if f not in available]
+    missing = [f for f in formats if f not in available and f not in ON_REQUEST]
     if missing:
         raise ValueError(
             f"task {task.name!r} has no {missing[0]} export; it exports to {', '.join(available)}"
@@ -240,6 +251,8 @@ def _export(folder, work, name, plan, examples, calibration_set, threads, latenc
         records.append((key, work.step(key, fingerprint, _paths(fmt, quantization), make)))
     work.keep_only(keys + [resume.REFERENCE])
     _write_client_files(folder, work.path)
+    # The browser page runs the verified MediaPipe text file; none for other tasks.
+    web.write_page(folder.task, work.path, name, cache_dir, log)
     return _report(reference, folder, name, records, work.reused, threads, latency_runs)
 
 
@@ -255,6 +268,8 @@ def _paths(fmt, quantization):
         return ["onnx/model.onnx" if quantization == "none" else "onnx/model_int8.onnx"]
     if fmt == "tflite":
         return [f"tflite/model_{quantization}.tflite"]
+    if fmt == "huggingface":
+        return ["huggingface"]
     return ["mediapipe"]
 
 
@@ -269,6 +284,8 @@ def _make(fmt, quantization, reference, sources, calibration, threads, cache_dir
     if fmt == "tflite":
         used = calibration if quantization in CALIBRATED else None
         return steps.tflite_step(reference, sources, quantization, used, threads)
+    if fmt == "huggingface":
+        return steps.huggingface_step(reference, sources, threads)
     return steps.mediapipe_step(reference, sources, cache_dir)
 
 

@@ -40,7 +40,10 @@ SCRATCH = ".scratch"
 # The step that is no artefact: the Keras model's outputs, kept for a rerun.
 REFERENCE = "keras"
 REFERENCE_FILE = ".kbert-reference.npz"
-_OWN_NAMES = (*EXPORT_FOLDER_NAMES, STEPS_FILE, LOCK_FILE, SCRATCH, REFERENCE_FILE)
+# The card and the report's chart are written last, just before the work folder
+# becomes `out`; a run killed in between leaves them here (not among
+# EXPORT_FOLDER_NAMES: an export written before them never held them as kbert's).
+_OWN_NAMES = (*EXPORT_FOLDER_NAMES, STEPS_FILE, LOCK_FILE, SCRATCH, REFERENCE_FILE, "README.md", "report.png")
 # The libraries whose versions an artefact depends on.
 _LIBRARIES = (
     "tensorflow", "keras", "tensorflow-text", "tf2onnx", "onnx", "onnxruntime", "ai-edge-litert",

@@ -281,8 +281,9 @@ def _as_trained(figures, metric, scale):
     )
 
 
-def markdown_report(report):
-    """The report as a Markdown table with a heading line of context."""
+def markdown_report(report, chart=None):
+    """The report as a Markdown table with a heading line of context; `chart`: the
+    file name of its picture (`kbert.plots.report_chart`) beside it, shown under the table."""
     keras_figures = report["keras"]
     metric, scale = report["metric"], report.get("metric_scale", 1)
     figures = ", ".join(f"{name} {_figure(keras_figures[name], scale)}" for name in report["figures"])
@@ -303,9 +304,14 @@ def markdown_report(report):
     ]
     for entry in report["artefacts"]:
         lines.append("| " + " | ".join(cell(entry) for _, cell in columns) + " |")
+    if chart:
+        lines += ["", f"![size, latency and {metric} of each file]({chart})"]
     for entry in report["artefacts"]:
         if entry.get("non_finite"):
             lines += ["", f"`{entry['path']}` fails: {non_finite_text(entry['non_finite'])}."]
+    for entry in report["artefacts"]:
+        if entry.get("transformers_tokenizer"):
+            lines += ["", transformers_tokenizer_text(entry, report)]
     if report.get("onnx_fusions"):
         fusions = ", ".join(f"{op} {count}" for op, count in sorted(report["onnx_fusions"].items()))
         lines += ["", f"onnxruntime fusions: {fusions}."]
@@ -316,10 +322,30 @@ def markdown_report(report):
     return "\n".join(lines) + "\n"
 
 
+def transformers_tokenizer_text(entry, report):
+    """The sentence on a transformers folder run on texts its own tokenizer cut and packed."""
+    seen = entry["transformers_tokenizer"]
+    metric, scale = report["metric"], report.get("metric_scale", 1)
+    return (
+        f"`{entry['path']}` with transformers' own tokenizer on the texts: {metric} "
+        f"{_figure(seen[metric], scale)} (kbert's rows: {_figure(entry[metric], scale)}); its token ids differ "
+        f"from kbert's on {seen['rows_whose_token_ids_differ']} of {seen['rows']} rows, "
+        f"{seen['uncut_rows_whose_token_ids_differ']} of them rows neither tokenizer cut."
+    )
+
+
 def write_report(report, json_path, markdown_path):
+    """Writes `report.json`, the chart `report.png` beside `markdown_path` and
+    `report.md`, which shows it; returns the Markdown."""
+    from kbert.plots import REPORT_PLOT, report_chart
+
     with open(json_path, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2, ensure_ascii=False)
-    markdown = markdown_report(report)
+    chart = None
+    if report["artefacts"]:
+        report_chart(report, os.path.join(os.path.dirname(markdown_path), REPORT_PLOT))
+        chart = REPORT_PLOT
+    markdown = markdown_report(report, chart)
     with open(markdown_path, "w", encoding="utf-8") as f:
         f.write(markdown)
     return markdown

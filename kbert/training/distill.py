@@ -42,6 +42,7 @@ from kbert.modelfolder import (
     check_student_out,
     write_model_folder,
 )
+from kbert.modelcard import data_files
 from kbert.models import bert_encoder
 from kbert.recipes import DISTILLATION
 from kbert.tasks import Encoded
@@ -359,6 +360,7 @@ def distill(
         "teacher": teacher_figures,
         "distillation": {**distillation, "unlabelled_examples": len(extra), "unlabelled_dropped": dropped},
         **figures,
+        "steps_per_epoch": steps_per_epoch,
     }
     settings = {
         "bert_config": config.to_dict(),
@@ -367,6 +369,7 @@ def distill(
         "init": student,
         "distillation": distillation,
         "dtype": dtype,
+        "data": data_files(train=train, dev=dev, unlabelled=unlabelled),  # named on the model card
     }
     write_model_folder(out, model, teacher_folder.vocabulary, task, settings, metrics, overwrite=overwrite)
     shutil.rmtree(resume_dir, ignore_errors=True)

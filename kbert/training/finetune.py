@@ -32,6 +32,7 @@ from kbert.checkpoints.huggingface import init_encoder, read_init
 from kbert.config import check_init
 from kbert.hardware import log_dtype
 from kbert.logs import Waiting, to_stderr
+from kbert.modelcard import data_files
 from kbert.modelfolder import check_model_out, write_model_folder
 from kbert.pretraining.adapt import adapt, adaptation_text
 from kbert.recipes import Recipe, check_adaptation, check_probe
@@ -193,10 +194,12 @@ def finetune(
         strategy=training.strategy, validation_data=dev_ds, verbose=verbose, callbacks=callbacks,
         batch_size=recipe.batch_size, log=log,
     )
-    metrics = {**dev_figures(task, model, dev_examples, dev_encoded, log), **figures}
+    metrics = {**dev_figures(task, model, dev_examples, dev_encoded, log), **figures,
+               "steps_per_epoch": steps_per_epoch}
     if adaptation:
         metrics["adaptation"] = adaptation
     settings = _settings(config, recipe.sequence_length, lowercase, init, training.dtype, run)
+    settings["data"] = data_files(train=train, dev=dev)  # named on the model card
     # Under MultiWorkerMirroredStrategy only the chief writes `out`.
     with chief_folder(out, training.strategy) as folder:
         write_model_folder(folder, model, vocabulary, task, settings, metrics, overwrite=overwrite)
