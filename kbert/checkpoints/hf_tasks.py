@@ -24,8 +24,6 @@ import os
 import numpy as np
 from safetensors.numpy import load_file
 
-from kbert.checkpoints.huggingface import load_hf_checkpoint
-
 # The head's tensors in each class's file, and the kbert head layer's Dense they fill.
 HEAD_TENSORS = {
     "BertForSequenceClassification": "classifier",
@@ -74,6 +72,7 @@ def load_hf_task_folder(path, task, options=None, sequence_length=None):
     Example:
     >>> folder = load_hf_task_folder("bert-base-NER", TokenClassification.name)  # doctest: +SKIP
     """
+    from kbert.checkpoints.huggingface import load_hf_checkpoint  # Keras: not for `kbert finetune`'s checks
     from kbert.modelfolder import ModelFolder
 
     with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
@@ -102,6 +101,20 @@ def load_hf_task_folder(path, task, options=None, sequence_length=None):
     if options:
         folder.use_options(options)
     return folder
+
+
+def hf_task_settings(path, task):
+    """The settings of `task` that the transformers task folder at `path` states in its
+    `config.json` (its labels, `Task.settings_from_hf_labels`), read without its weights;
+    `ValueError` if its `problem_type` or outputs do not fit `task`."""
+    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+        return _settings(json.load(f), task, path)
+
+
+def load_head(model, path, order=None):
+    """`model`'s head from the transformers task folder at `path` (`task_class_of`);
+    `order`: the folder's output rows in the order of `model`'s outputs (None: as stored)."""
+    _load_head(model, os.path.join(path, "model.safetensors"), HEAD_TENSORS[task_class_of(path)], order)
 
 
 def _settings(hf_config, task, path):
@@ -136,8 +149,9 @@ def _tokenizer_length(path, config):
     return length if isinstance(length, int) and 2 < length <= config.max_position_embeddings else fallback
 
 
-def _load_head(model, weights, name):
-    """The head's Dense from the file's `NAME.weight` (torch's `(out, in)`) and `NAME.bias`."""
+def _load_head(model, weights, name, order=None):
+    """The head's Dense from the file's `NAME.weight` (torch's `(out, in)`) and `NAME.bias`,
+    their output rows taken in `order` if given."""
     from kbert.models.heads import HEAD_LAYER
 
     tensors = load_file(weights)
@@ -146,7 +160,10 @@ def _load_head(model, weights, name):
         key = f"{name}.{suffix}"
         if key not in tensors:
             raise ValueError(f"tensor {key!r} is missing from {weights}")
-        value = tensors[key].T if transpose else tensors[key]
+        value = tensors[key]
+        if order is not None and len(value) == len(order):  # a shape that differs is refused below
+            value = value[np.asarray(order)]
+        value = value.T if transpose else value
         if tuple(value.shape) != tuple(variable.shape):
             raise ValueError(
                 f"tensor {key!r} has shape {tuple(tensors[key].shape)}; the task's head expects "

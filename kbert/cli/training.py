@@ -82,6 +82,7 @@ def cmd_finetune(args):
         weight_decay=args.weight_decay,
         adapt_steps=args.adapt_steps,
         probe_head=args.probe_head,
+        init_head=args.init_head,
         layer_decay=args.layer_decay,
         ema_momentum=args.ema,
         reinit_pooler=args.reinit_pooler,
@@ -268,6 +269,12 @@ def _add_finetune(sub, tasks):
         help="Hugging Face checkpoint folder, 'all-minilm-l6-v2', or a BertConfig preset",
     )
     p.add_argument("--vocab", help="vocab.txt (default: the checkpoint's; required with a preset)")
+    p.add_argument(
+        "--init-head", action=argparse.BooleanOptionalAction, default=None,
+        help="start from the head of a fine-tuned transformers --init folder (BertForSequenceClassification...); "
+        "default: where its id2label names are the training data's labels, else a new head; "
+        "--no-init-head: its encoder alone",
+    )
     recipe, run = _add_training_arguments(p, tasks)
     recipe.add_argument(
         "--layer-decay", type=positive_fraction, default=1.0,

@@ -10,7 +10,8 @@ draws its random numbers after the one before): the recipe resolved and
 every value checked (`_checked_recipe`); the data read, the task made
 (`_task`); the encoder loaded, or adapted first (`_encoder`,
 `_adapted_encoder`); the rows encoded and batched (`_datasets`); the model
-built and compiled (`_compiled_model`), its head probed (`_probe`); `fit`
+built and compiled (`_compiled_model`), its head kept from a fine-tuned
+transformers `--init` folder (`kbert.training.init_head`) or probed (`_probe`); `fit`
 and the dev figures (`kbert.training.epochs`, which `distill` shares); the
 model folder written.
 
@@ -49,6 +50,7 @@ from kbert.fitting.distribute import (
 )
 from kbert.fitting.optimizers import layerwise_multipliers, make_optimizer
 from kbert.training.epochs import TrainingDiverged, dev_figures, fit_epochs
+from kbert.training.init_head import check_init_head, keep_head, plan_head
 from kbert.training.probe import probe_head as fit_probe
 from kbert.training.resume import ADAPT_FOLDER, file_identity, resume_folder, resume_point
 
@@ -61,7 +63,7 @@ __all__ = ["finetune", "Training", "TrainingDiverged", "dev_figures", "file_iden
 TRAINING_SETTINGS = (
     "epochs", "batch_size", "learning_rate", "warmup_fraction", "weight_decay", "layer_decay",
     "ema_momentum", "reinit_pooler", "attention_dropout", "jit_compile", "seed", "adapt_steps",
-    "probe_head",
+    "probe_head", "init_head",
 )
 
 
@@ -88,7 +90,7 @@ class Training:
 def finetune(
     train, dev, init, out, task=DEFAULT_TASK, options=None,
     sequence_length=None, batch_size=None, epochs=None, learning_rate=None, warmup_fraction=None,
-    weight_decay=None, adapt_steps=None, probe_head=None,
+    weight_decay=None, adapt_steps=None, probe_head=None, init_head=None,
     layer_decay=1.0, ema_momentum=None, reinit_pooler=False, attention_dropout=None, jit_compile=False,
     dtype=None, seed=0, vocab=None, lowercase=None, strategy="auto", overwrite=False, deterministic=False,
     verbose="auto", callbacks=(), log=None,
@@ -97,7 +99,8 @@ def finetune(
 
     Args:
         train, dev: str. Data files in the task's format.
-        init: str. A Hugging Face checkpoint folder, a packaged checkpoint name
+        init: str. A Hugging Face checkpoint folder (of a fine-tuned task
+            class, its head too: `init_head`), a packaged checkpoint name
             (e.g. "all-minilm-l6-v2") or a `BertConfig` preset (random init;
             then `vocab` is required).
         out: str. Output folder, written aside and renamed into place; an
@@ -122,6 +125,11 @@ def finetune(
             the frozen encoder's vectors of the training texts
             (`kbert.training.probe`); None: the task's recipe (True for
             text-classification).
+        init_head: bool or None. Whether to start from the head of a fine-tuned
+            transformers `init` folder (`kbert.training.init_head`): None keeps
+            it where its labels are the training data's (in any order) and
+            else trains a new one, saying so; True refuses a head it cannot
+            keep; False takes the encoder alone. A kept head is not probed.
         layer_decay: float in (0, 1]. Layer-wise learning-rate decay
             (`kbert.training.layerwise_multipliers`); 1 is off.
         ema_momentum: float or None. End on an exponential moving average of
@@ -164,6 +172,7 @@ def finetune(
         adapt_steps=adapt_steps, probe_head=probe_head,
     )
     check_model_out(out, overwrite, {"--train": train, "--dev": dev, "--init": init, "--vocab": vocab})
+    stated = check_init_head(init, task_class, init_head, log)
     options, train_examples, dev_examples, learned = task_class.read_training(train, dev, options)
     set_seeds(seed, deterministic)
     training = _training(
@@ -176,7 +185,12 @@ def finetune(
     task = _task(task_class, vocabulary, lowercase, recipe.sequence_length, learned, options, dev_examples, dev)
     log(f"{task.name}: {len(train_examples)} training examples from {train}, "
         f"{len(dev_examples)} dev examples from {dev}")
-    run = _run_identity(task, options, train, dev, init, vocab, lowercase, training)
+    head = plan_head(init, stated, task, init_head, train, log)
+    if head and recipe.probe_head:
+        log(f"linear probe skipped: the head is {init}'s, kept")
+        training = dataclasses.replace(training, recipe=dataclasses.replace(recipe, probe_head=False))
+        recipe = training.recipe
+    run = {**_run_identity(task, options, train, dev, init, vocab, lowercase, training), "init_head": bool(head)}
     texts = _adaptation_text(task, train_examples, vocabulary, lowercase, recipe)  # refused before anything is written
     resume_dir, first_epoch, curve = resume_point(out, run, log)
     adaptation = None
@@ -187,6 +201,8 @@ def finetune(
     train_ds, steps_per_epoch, dev_encoded, dev_ds = _datasets(task, train_examples, dev_examples, training,
                                                                first_epoch, log)
     model = _compiled_model(task, config, encoder, training, steps_per_epoch * recipe.epochs)
+    if head and not first_epoch:  # a resumed run restores its head
+        keep_head(model, head)
     if recipe.probe_head and not first_epoch:  # a resumed run restores its head
         _probe(task, model, train_examples, resume_dir, keep=bool(adaptation), log=log)
     figures = fit_epochs(
