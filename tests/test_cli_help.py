@@ -226,7 +226,7 @@ EARLY_REFUSALS = [
     ("search --model nowhere --corpus given.txt --index runs/i.kbert-index",
      f"{NO_MODEL}, checkpoint folder or packaged checkpoint (all-minilm-l6-v2)"),
     ("export --model nowhere --data given.csv --out saved_models/m --formats onnx,tflit",
-     "unknown format 'tflit'; expected some of savedmodel, tflite, onnx, mediapipe, huggingface"),
+     "unknown format 'tflit'; expected some of savedmodel, tflite, onnx, mediapipe, huggingface, keras-hub"),
     ("export --model nowhere --data given.csv --out given.txt",
      "--out given.txt: a file of that name exists; expected an export folder"),
     (f"distill --teacher nowhere {TRAIN} --out runs/s",

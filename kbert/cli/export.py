@@ -88,7 +88,8 @@ def add_export_parser(subparsers):
     p.add_argument(
         "--formats", default=None,
         help="comma-separated; default: every format the model's task has but huggingface (a transformers "
-             "folder, verified by transformers on PyTorch: pip install transformers torch), made when named",
+             "folder, verified by transformers on PyTorch: pip install transformers torch) and keras-hub "
+             "(a keras-hub preset: pip install keras-hub), made when named",
     )
     p.add_argument(
         "--quantize", default=RECOMMENDED,

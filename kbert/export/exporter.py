@@ -12,6 +12,7 @@ renamed into place at the end):
 | `mediapipe/` | for tasks MediaPipe runs: the `.tflite` with MediaPipe's metadata (`kbert.export.mediapipe`) |
 | `web/` | beside a MediaPipe text classifier or embedder: a page that runs it in a browser (`kbert.export.web`) |
 | `huggingface/` | with `--formats huggingface` only: a transformers folder (`kbert.export.huggingface`) |
+| `keras-hub/` | with `--formats keras-hub` only: a keras-hub preset (`kbert.export.keras_hub_preset`) |
 | `vocab.txt` and the task's files (`labels.txt`) | what a client of the token models needs |
 | `rest_example.json`, `rest_example.md` | a TF Serving REST predict request and its response (the .md keeps TF Serving's number formatting) |
 | `report.json`, `report.md`, `report.png` | the verification report (`kbert.export.verify`), and its chart of each file's size, latency and metric (`kbert.plots`) |
@@ -59,7 +60,7 @@ from kbert.text import save_vocab
 
 # The order artefacts are made and reported in: the SavedModel first (ONNX
 # converts from it), the on-device files last (their first run installs tools).
-STEP_ORDER = ("savedmodel", "onnx", "tflite", "mediapipe", "huggingface")
+STEP_ORDER = ("savedmodel", "onnx", "tflite", "mediapipe", "huggingface", "keras-hub")
 # The TFLite text variant's step, after the token-id files.
 TEXT_VARIANT = "text"
 # Rows of the Keras reference pass between progress updates: a few batches,
@@ -97,7 +98,8 @@ def export_model(
         data: str. Labelled data in the task's format to verify on (dev set).
         formats: str ("savedmodel,onnx"), sequence of `FORMATS`, or None for
             every format the task has (`task_formats`); "huggingface" (a
-            transformers folder, `ON_REQUEST`) only when named.
+            transformers folder) and "keras-hub" (a keras-hub preset) only
+            when named (`ON_REQUEST`).
         quantizations: None or "recommended" (float32, dynamic int8, and
             int8 where the task has a budget for it), "all", or a str or
             sequence of `QUANTIZATIONS`; each format gets those it supports
@@ -145,6 +147,10 @@ def export_model(
         from kbert.export.huggingface import check_exportable
 
         check_exportable(folder)  # a head transformers cannot compute is refused before any work
+    if any(fmt == "keras-hub" for fmt, _ in plan):
+        from kbert.export import keras_hub_preset
+
+        keras_hub_preset.check_exportable(folder)  # and one keras-hub cannot compute
     options = folder.use_options(options)
     examples = task.read(data, options)[:max_examples]
     task.check(examples, data)
@@ -268,8 +274,8 @@ def _paths(fmt, quantization):
         return ["onnx/model.onnx" if quantization == "none" else "onnx/model_int8.onnx"]
     if fmt == "tflite":
         return [f"tflite/model_{quantization}.tflite"]
-    if fmt == "huggingface":
-        return ["huggingface"]
+    if fmt in ("huggingface", "keras-hub"):
+        return [fmt]
     return ["mediapipe"]
 
 
@@ -286,6 +292,8 @@ def _make(fmt, quantization, reference, sources, calibration, threads, cache_dir
         return steps.tflite_step(reference, sources, quantization, used, threads)
     if fmt == "huggingface":
         return steps.huggingface_step(reference, sources, threads)
+    if fmt == "keras-hub":
+        return steps.keras_hub_step(reference, sources)
     return steps.mediapipe_step(reference, sources, cache_dir)
 
 

@@ -5,7 +5,7 @@ import os
 
 from kbert.fileio import check_distinct, check_output_folder
 
-FORMATS = ("savedmodel", "tflite", "onnx", "mediapipe", "huggingface")
+FORMATS = ("savedmodel", "tflite", "onnx", "mediapipe", "huggingface", "keras-hub")
 QUANTIZATIONS = ("none", "fp16", "dynamic", "int8", "16x8")
 # `--quantize` by name. "recommended" (the default) is what the docs tell a user
 # to ship: float32 files, and int8 ones (dynamic, and full int8 where the task
@@ -24,14 +24,16 @@ SUPPORTED = {
     "onnx": ("none", "dynamic"),
     "mediapipe": ("none",),
     "huggingface": ("none",),
+    "keras-hub": ("none",),
 }
 # The formats every task exports to; "mediapipe" only for tasks that name
 # the MediaPipe task that runs them (`Serving.on_device`).
 COMMON_FORMATS = ("savedmodel", "tflite", "onnx")
 # Formats made only when `--formats` names them: a transformers folder
 # (`kbert.export.huggingface`) is verified by transformers on PyTorch, which
-# kbert does not install.
-ON_REQUEST = ("huggingface",)
+# kbert does not install; a keras-hub preset (`kbert.export.keras_hub_preset`)
+# is for keras-hub users, who ask for it.
+ON_REQUEST = ("huggingface", "keras-hub")
 REPORT_FILE = "report.json"
 # The SavedModel's vocabulary asset and TF Serving's model config, beside `1/`.
 VOCAB_ASSET = "vocab.txt"
@@ -39,7 +41,7 @@ MODELS_CONFIG = "models.config"
 # What an export folder written before manifests holds: kbert's own names
 # (`kbert.fileio.foreign_entries`; a sub-folder counts whole).
 EXPORT_FOLDER_NAMES = (
-    "1", MODELS_CONFIG, "tflite", "onnx", "mediapipe", "huggingface", "web", VOCAB_ASSET, "labels.txt",
+    "1", MODELS_CONFIG, "tflite", "onnx", "mediapipe", "huggingface", "keras-hub", "web", VOCAB_ASSET, "labels.txt",
     "rest_example.json", "rest_example.md", REPORT_FILE, "report.md",
 )
 # The quantizations calibrated on example inputs (training texts).

@@ -9,6 +9,7 @@ into the work folder and runs it next to the Keras model (`kbert.export.verify`)
 | `tflite_text` | `tflite/model_text.tflite` | a SavedModel with tf-text's tokenizer inside |
 | `mediapipe` | `mediapipe/` | the model (`kbert.export.on_device`) |
 | `huggingface` | `huggingface/` | the model's weights (`kbert.export.huggingface`) |
+| `keras-hub` | `keras-hub/` | the model's weights (`kbert.export.keras_hub_preset`) |
 
 Each returns `(entries, extra)`: the judged report entries, and what else the
 report needs. `Sources` makes what several steps convert from, once, when a
@@ -281,6 +282,27 @@ def huggingface_step(reference, sources, threads):
     entry = reference.artefact(path, "huggingface", "none", "tokens", ran.outputs, {**ran.latency, "threads": threads},
                                architecture=head.architecture, **ran.extra)
     return [huggingface.judge(entry, reference)], {}
+
+
+def keras_hub_step(reference, sources):
+    """The keras-hub preset (`kbert.export.keras_hub_preset`), loaded fresh by keras-hub
+    and run on the rows the Keras model ran; held to kbert's model with keras-hub's GELU."""
+    import dataclasses
+
+    from kbert.export import keras_hub_preset
+
+    folder, task = sources.folder, reference.task
+    path = os.path.join(reference.staging, keras_hub_preset.FOLDER)
+    with progress(sources.log, "keras-hub: writing the preset"):
+        kind = keras_hub_preset.write_keras_hub(folder, path)
+    with progress(sources.log, f"keras-hub: loading it with keras_hub.models.{kind}.from_preset and running it"):
+        ran = keras_hub_preset.run_keras_hub(folder, path, kind, reference)
+    # The rows' outputs are held to the twin's; the metric to the model's as trained (`judge`).
+    twin = dataclasses.replace(reference, outputs=ran.twin,
+                               predictions=task.decode(reference.examples, reference.encoded, ran.twin))
+    latency = latency_of(lambda: ran.call(reference.one), reference.latency_runs, reference.tf_threads)
+    entry = twin.artefact(path, "keras-hub", "none", "tokens", ran.outputs, latency, **ran.extra)
+    return [keras_hub_preset.judge(entry, reference)], {}
 
 
 # === Running and timing ===
