@@ -46,7 +46,7 @@ def copy_folder(folder, to):
 
 def test_model_folder_lists_its_files_in_a_manifest(classifier):
     listed = fileio.read_manifest(classifier)
-    assert listed == {"kbert.json", "metrics.json", "model.keras", "vocab.txt"}
+    assert listed == {"kbert.json", "metrics.json", "model.keras", "vocab.txt", "README.md"}  # the card
     assert fileio.foreign_entries(classifier) == []
 
 
@@ -66,7 +66,8 @@ def test_a_folder_without_manifest_counts_kberts_known_names(tmp_path, classifie
     from kbert.modelfolder import MODEL_FOLDER_NAMES, is_model_folder
 
     old = copy_folder(classifier, tmp_path / "old")
-    os.remove(os.path.join(old, fileio.MANIFEST_FILE))  # written before manifests
+    for name in (fileio.MANIFEST_FILE, "README.md"):  # written before manifests (and model cards)
+        os.remove(os.path.join(old, name))
     fileio.check_output_folder(old, "model", is_model_folder, True, MODEL_FOLDER_NAMES)
     (tmp_path / "old" / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="holds notes.txt, which kbert did not write"):
