@@ -120,6 +120,7 @@ def test_finetune_without_recipe_flags_runs_the_tasks_recipe_under_dtype_auto(wo
         "epochs": 2, "batch_size": 32, "learning_rate": 1e-4, "warmup_fraction": 0.1,
         "weight_decay": 0.01, "layer_decay": 1.0, "ema_momentum": None, "reinit_pooler": False,
         "attention_dropout": None, "jit_compile": False, "seed": 0, "adapt_steps": 0, "probe_head": True,
+        "init_head": False,
     }
     from kbert.modelfolder import ModelFolder
 
