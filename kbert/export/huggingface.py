@@ -71,19 +71,7 @@ def head_of(folder):
     """The `Head` of `folder`'s model (a `kbert.modelfolder.ModelFolder`); `ValueError`
     naming what transformers cannot compute, and what to do instead."""
     task, head = folder.task, folder.model.get_layer(HEAD_LAYER)
-    if isinstance(head, PairCosineHead):
-        raise ValueError(
-            f"task {task.name!r} with --head cross-cosine has no transformers class: its score adds the "
-            "cosine of each text's own encoder pass to the pair's [CLS] score, which BertForSequenceClassification "
-            "does not compute; fine-tune it with --head cross (BERT's recipe) to export it to huggingface, "
-            "or export this model to savedmodel, onnx or tflite"
-        )
-    if getattr(task, "pair_order", None) == "both":
-        raise ValueError(
-            f"task {task.name!r} reads each pair both ways and averages the two (pair_order 'both'); "
-            "transformers' BertForSequenceClassification reads a pair once: export with --pair-order given "
-            "(its report gives the figures of the model read that way)"
-        )
+    check_one_pass(folder, "transformers", SEQUENCE.architecture, FOLDER)
     if isinstance(head, DenseHead):
         return SEQUENCE if head.reads == "pooled_output" else TOKENS
     if isinstance(head, SpanHead):
@@ -93,6 +81,27 @@ def head_of(folder):
     if isinstance(head, PoolingHead):
         return EMBEDDING
     raise ValueError(f"task {task.name!r}: its head {type(head).__name__} has no transformers class")
+
+
+def check_one_pass(folder, library, model_class, fmt):
+    """`ValueError` for a model that `library`'s `model_class` (and the `fmt`
+    export format) cannot compute in one pass of BERT over a row: the pair
+    regressor's cross-cosine head, a pair read both ways; it says what to do instead."""
+    task, head = folder.task, folder.model.get_layer(HEAD_LAYER)
+    if isinstance(head, PairCosineHead):
+        raise ValueError(
+            f"task {task.name!r} with --head cross-cosine has no {library} class: its score adds the "
+            f"cosine of each text's own encoder pass to the pair's [CLS] score, which {model_class} "
+            f"does not compute; fine-tune it with --head cross (BERT's recipe) to export it to {fmt}, "
+            "or export this model to savedmodel, onnx or tflite"
+        )
+    if getattr(task, "pair_order", None) == "both":
+        owner = f"{library}'" if library.endswith("s") else f"{library}'s"
+        raise ValueError(
+            f"task {task.name!r} reads each pair both ways and averages the two (pair_order 'both'); "
+            f"{owner} {model_class} reads a pair once: export with --pair-order given "
+            "(its report gives the figures of the model read that way)"
+        )
 
 
 def check_exportable(folder):

@@ -26,8 +26,8 @@ import keras
 import numpy as np
 
 from kbert.config import ENCODER_INPUTS
-from kbert.export.huggingface import METRIC_CHANGE, METRIC_CHANGE_IN_POINTS
-from kbert.models.heads import HEAD_LAYER, DenseHead, PairCosineHead
+from kbert.export.huggingface import METRIC_CHANGE, METRIC_CHANGE_IN_POINTS, check_one_pass
+from kbert.models.heads import HEAD_LAYER, DenseHead
 
 # The export folder's sub-folder.
 FOLDER = "keras-hub"
@@ -43,19 +43,8 @@ def kind_of(folder):
     compute, and what to do instead."""
     from kbert.checkpoints.keras_hub import KERAS_HUB_ACTIVATION
 
-    task, head = folder.task, folder.model.get_layer(HEAD_LAYER)
-    if isinstance(head, PairCosineHead):
-        raise ValueError(
-            f"task {task.name!r} with --head cross-cosine has no keras-hub class: its score adds the cosine of "
-            "each text's own encoder pass to the pair's [CLS] score, which BertTextClassifier does not compute; "
-            "fine-tune it with --head cross (BERT's recipe) to export it to keras-hub, "
-            "or export this model to savedmodel, onnx or tflite"
-        )
-    if getattr(task, "pair_order", None) == "both":
-        raise ValueError(
-            f"task {task.name!r} reads each pair both ways and averages the two (pair_order 'both'); "
-            "keras-hub's BertTextClassifier reads a pair once: export with --pair-order given"
-        )
+    head = folder.model.get_layer(HEAD_LAYER)
+    check_one_pass(folder, "keras-hub", CLASSIFIER, FOLDER)
     if not folder.config.activation.startswith("gelu"):
         raise ValueError(
             f"activation={folder.config.activation!r}: keras-hub's BertBackbone computes {KERAS_HUB_ACTIVATION} "
