@@ -146,6 +146,22 @@ def test_the_threshold_is_tuned_on_dev_unless_given():
     assert task.tune(examples, probs * 0, None) == {}  # chosen already: kept
 
 
+def test_per_facet_thresholds_find_each_facet_s_own_cut():
+    """tools/benchmarks/multilabel_thresholds.py: a facet whose scores run low gets a lower threshold."""
+    from tests.task_harness import load_tool
+
+    tool = load_tool("multilabel_thresholds")
+    rng = np.random.default_rng(0)
+    gold = rng.random((400, 4)) < 0.3
+    noise = rng.random((400, 4)) * 0.5
+    probabilities = np.where(gold, 0.5 + noise, noise)  # a clean cut at 0.5
+    probabilities[:, 2:] *= 0.4  # facet 'b' cut at 0.2
+    thresholds = tool.per_facet_thresholds(gold, probabilities, 0.5, ["a::x", "a::y", "b::x", "b::y"])
+    assert thresholds[0] == thresholds[1] and 0.45 <= thresholds[0] <= 0.5
+    assert thresholds[2] == thresholds[3] and 0.18 <= thresholds[2] <= 0.2
+    assert multi_label_metrics(gold, probabilities >= thresholds)["micro_f1"] == 1.0
+
+
 def test_the_probe_fits_each_label_and_takes_the_rate_of_one_every_row_has():
     """A label every training row has (or none has) cannot be regressed: it starts at its smoothed rate."""
     from kbert.tasks.multi_label_classification import MultiLabels

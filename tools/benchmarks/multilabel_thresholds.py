@@ -9,10 +9,14 @@ its thresholds were chosen on:
   `kbert finetune` stores);
 - `per_label`: each label with at least `--min-support` positives in the
   choosing half gets the threshold of its own best F1 (ties: the global
-  one), the others the global one.
+  one), the others the global one;
+- `per_facet`: one threshold per facet, the part of a label's name before
+  `::` (debtags' `use::`, `works-with::`...), each in turn the best micro-F1
+  of all the labels with the others' held (ties: nearest the global one).
 
 Prints one JSON object: each model's held-out micro-F1 and macro-F1 under
-both schemes, and the mean difference.
+each scheme (the mean over `--splits` seeded halvings), and each scheme's
+mean difference from `global`.
 
     python tools/benchmarks/multilabel_thresholds.py --dev debian-tags/dev.csv \
         runs/tags-0 runs/tags-1
@@ -49,13 +53,28 @@ def per_label_thresholds(gold, probabilities, fallback, min_support):
     return thresholds
 
 
-def held_out(gold, probabilities, halves, min_support):
+def per_facet_thresholds(gold, probabilities, fallback, facets):
+    """One threshold per facet (`facets[j]` is label j's), each the best micro-F1
+    over every label with the other facets' held, ties nearest `fallback`."""
+    thresholds = np.full(gold.shape[1], fallback)
+    for facet in sorted(set(facets)):
+        members = np.array([f == facet for f in facets])
+
+        def score(t):
+            return multi_label_metrics(gold, probabilities >= np.where(members, t, thresholds))["micro_f1"]
+
+        thresholds[members] = max(THRESHOLDS, key=lambda t: (score(t), -abs(t - fallback)))
+    return thresholds
+
+
+def held_out(gold, probabilities, halves, min_support, facets):
     """Each scheme's micro- and macro-F1 on each half, its thresholds chosen on the other."""
-    figures = {"global": [], "per_label": []}
+    figures = {"global": [], "per_label": [], "per_facet": []}
     for choose, score in (halves, halves[::-1]):
         overall = best_threshold(gold[choose], probabilities[choose])
         labels = per_label_thresholds(gold[choose], probabilities[choose], overall, min_support)
-        for scheme, thresholds in (("global", overall), ("per_label", labels)):
+        grouped = per_facet_thresholds(gold[choose], probabilities[choose], overall, facets)
+        for scheme, thresholds in (("global", overall), ("per_label", labels), ("per_facet", grouped)):
             found = multi_label_metrics(gold[score], probabilities[score] >= thresholds)
             figures[scheme].append({k: found[k] for k in ("micro_f1", "macro_f1")})
     return {scheme: {k: float(np.mean([f[k] for f in runs])) for k in ("micro_f1", "macro_f1")}
@@ -66,7 +85,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dev", required=True)
     parser.add_argument("--min-support", type=positive_int, default=10)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the first halving's seed")
+    parser.add_argument("--splits", type=positive_int, default=1, help="halvings, seeds --seed, --seed + 1...")
     parser.add_argument("models", nargs="+", help="multi-label model folders (kbert finetune --out)")
     args = parser.parse_args(argv)
     from kbert.modelfolder import ModelFolder
@@ -78,13 +98,19 @@ def main(argv=None):
         encoded = folder.task.encode(examples, targets=False)
         probabilities = folder.task.decode(examples, encoded, folder.task.run(folder.model, encoded.features))
         gold = folder.task.targets(examples) > 0
-        order = np.random.default_rng(args.seed).permutation(len(examples))
-        results[path] = held_out(gold, np.asarray(probabilities), np.array_split(order, 2), args.min_support)
-    differences = [r["per_label"]["micro_f1"] - r["global"]["micro_f1"] for r in results.values()]
-    print(json.dumps({
-        "dev": args.dev, "min_support": args.min_support, "models": results,
-        "per_label_minus_global_micro_f1": {"mean": float(np.mean(differences)), "each": differences},
-    }))
+        facets = [label.split("::")[0] for label in folder.task.labels]
+        splits = []
+        for seed in range(args.seed, args.seed + args.splits):
+            order = np.random.default_rng(seed).permutation(len(examples))
+            halves = np.array_split(order, 2)
+            splits.append(held_out(gold, np.asarray(probabilities), halves, args.min_support, facets))
+        results[path] = {scheme: {k: float(np.mean([s[scheme][k] for s in splits])) for k in ("micro_f1", "macro_f1")}
+                         for scheme in splits[0]}
+    summary = {"dev": args.dev, "min_support": args.min_support, "splits": args.splits, "models": results}
+    for scheme in ("per_label", "per_facet"):
+        differences = [r[scheme]["micro_f1"] - r["global"]["micro_f1"] for r in results.values()]
+        summary[f"{scheme}_minus_global_micro_f1"] = {"mean": float(np.mean(differences)), "each": differences}
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":
