@@ -68,7 +68,7 @@ def per_facet_thresholds(gold, probabilities, fallback, facets):
 
 
 def held_out(gold, probabilities, halves, min_support, facets):
-    """Each scheme's micro- and macro-F1 on each half, its thresholds chosen on the other."""
+    """Each scheme's micro- and macro-F1 on each half (a list of two), its thresholds chosen on the other."""
     figures = {"global": [], "per_label": [], "per_facet": []}
     for choose, score in (halves, halves[::-1]):
         overall = best_threshold(gold[choose], probabilities[choose])
@@ -77,8 +77,7 @@ def held_out(gold, probabilities, halves, min_support, facets):
         for scheme, thresholds in (("global", overall), ("per_label", labels), ("per_facet", grouped)):
             found = multi_label_metrics(gold[score], probabilities[score] >= thresholds)
             figures[scheme].append({k: found[k] for k in ("micro_f1", "macro_f1")})
-    return {scheme: {k: float(np.mean([f[k] for f in runs])) for k in ("micro_f1", "macro_f1")}
-            for scheme, runs in figures.items()}
+    return figures
 
 
 def main(argv=None):
@@ -96,16 +95,18 @@ def main(argv=None):
         folder = ModelFolder.load(path)
         examples = folder.task.read(args.dev, folder.use_options(None))
         encoded = folder.task.encode(examples, targets=False)
-        probabilities = folder.task.decode(examples, encoded, folder.task.run(folder.model, encoded.features))
+        probabilities = np.asarray(
+            folder.task.decode(examples, encoded, folder.task.run(folder.model, encoded.features))
+        )
         gold = folder.task.targets(examples) > 0
         facets = [label.split("::")[0] for label in folder.task.labels]
-        splits = []
+        halves_scored = {}
         for seed in range(args.seed, args.seed + args.splits):
-            order = np.random.default_rng(seed).permutation(len(examples))
-            halves = np.array_split(order, 2)
-            splits.append(held_out(gold, np.asarray(probabilities), halves, args.min_support, facets))
-        results[path] = {scheme: {k: float(np.mean([s[scheme][k] for s in splits])) for k in ("micro_f1", "macro_f1")}
-                         for scheme in splits[0]}
+            halves = np.array_split(np.random.default_rng(seed).permutation(len(examples)), 2)
+            for scheme, runs in held_out(gold, probabilities, halves, args.min_support, facets).items():
+                halves_scored.setdefault(scheme, []).extend(runs)
+        results[path] = {scheme: {k: float(np.mean([run[k] for run in runs])) for k in ("micro_f1", "macro_f1")}
+                         for scheme, runs in halves_scored.items()}
     summary = {"dev": args.dev, "min_support": args.min_support, "splits": args.splits, "models": results}
     for scheme in ("per_label", "per_facet"):
         differences = [r[scheme]["micro_f1"] - r["global"]["micro_f1"] for r in results.values()]
