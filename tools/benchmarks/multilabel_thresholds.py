@@ -88,23 +88,27 @@ def main(argv=None):
     parser.add_argument("--splits", type=positive_int, default=1, help="halvings, seeds --seed, --seed + 1...")
     parser.add_argument("models", nargs="+", help="multi-label model folders (kbert finetune --out)")
     args = parser.parse_args(argv)
+    from kbert.logs import Progress, Waiting
     from kbert.modelfolder import ModelFolder
 
     results = {}
     for path in args.models:
         folder = ModelFolder.load(path)
         examples = folder.task.read(args.dev, folder.use_options(None))
-        encoded = folder.task.encode(examples, targets=False)
-        probabilities = np.asarray(
-            folder.task.decode(examples, encoded, folder.task.run(folder.model, encoded.features))
-        )
+        with Waiting(f"{path}: the model on {len(examples):,} dev rows"):
+            encoded = folder.task.encode(examples, targets=False)
+            probabilities = np.asarray(
+                folder.task.decode(examples, encoded, folder.task.run(folder.model, encoded.features))
+            )
         gold = folder.task.targets(examples) > 0
         facets = [label.split("::")[0] for label in folder.task.labels]
         halves_scored = {}
-        for seed in range(args.seed, args.seed + args.splits):
-            halves = np.array_split(np.random.default_rng(seed).permutation(len(examples)), 2)
-            for scheme, runs in held_out(gold, probabilities, halves, args.min_support, facets).items():
-                halves_scored.setdefault(scheme, []).extend(runs)
+        with Progress(f"{path}: thresholds", args.splits, "halvings") as progress:
+            for seed in range(args.seed, args.seed + args.splits):
+                halves = np.array_split(np.random.default_rng(seed).permutation(len(examples)), 2)
+                for scheme, runs in held_out(gold, probabilities, halves, args.min_support, facets).items():
+                    halves_scored.setdefault(scheme, []).extend(runs)
+                progress.update()
         results[path] = {scheme: {k: float(np.mean([run[k] for run in runs])) for k in ("micro_f1", "macro_f1")}
                          for scheme, runs in halves_scored.items()}
     summary = {"dev": args.dev, "min_support": args.min_support, "splits": args.splits, "models": results}
